@@ -1,0 +1,30 @@
+# One command each for the demo and the tests; both set themselves up.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.chute-installed
+
+.PHONY: test demo bench install clean
+
+$(STAMP): pyproject.toml setup.py $(wildcard src/chute/_native/*.c src/chute/_native/*.h)
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/mypy src
+	$(BIN)/pytest -q
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/python bench/store.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info src/chute/_native/*.so

@@ -1,0 +1,1 @@
+"""chute: the disk side of a training run."""

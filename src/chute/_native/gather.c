@@ -1,0 +1,297 @@
+#define _GNU_SOURCE
+#include "gather.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "crc32c.h"
+#include "pool.h"
+
+/* Per-thread zstd contexts and read buffer, created on first use and reused for the life
+ * of the thread (worker or caller), freed by the key's destructor when the thread ends. */
+typedef struct {
+    ZSTD_DCtx *dctx;
+    ZSTD_CCtx *cctx;
+    uint8_t *buf;
+    size_t cap;
+} thread_ctx;
+
+static pthread_key_t ctx_key;
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+
+static void free_ctx(void *p) {
+    thread_ctx *t = p;
+    if (!t) return;
+    if (t->dctx) ZSTD_freeDCtx(t->dctx);
+    if (t->cctx) ZSTD_freeCCtx(t->cctx);
+    free(t->buf);
+    free(t);
+}
+
+static void make_key(void) { pthread_key_create(&ctx_key, free_ctx); }
+
+static thread_ctx *get_ctx(void) {
+    pthread_once(&ctx_once, make_key);
+    thread_ctx *t = pthread_getspecific(ctx_key);
+    if (!t) {
+        t = calloc(1, sizeof *t);
+        if (!t) return NULL;
+        pthread_setspecific(ctx_key, t);
+    }
+    return t;
+}
+
+static uint8_t *ctx_buf(thread_ctx *t, size_t need) {
+    if (need <= t->cap) return t->buf;
+    size_t cap = need < 65536 ? 65536 : need;
+    uint8_t *b = realloc(t->buf, cap);
+    if (!b) return NULL;
+    t->buf = b;
+    t->cap = cap;
+    return b;
+}
+
+static int read_full(int fd, uint8_t *dst, size_t len, uint64_t off) {
+    while (len) {
+        ssize_t r = pread(fd, dst, len, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (r == 0) return -1; /* the file ends before the record does */
+        dst += r;
+        len -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* Decodes one record into out[0..logic). Returns a GE_* code. */
+static int decode_one(const gather_args *a, thread_ctx *t, const zr_loc *loc, uint8_t *out,
+                      long long *detail) {
+    if (loc->chunk_id >= a->nchunks) {
+        *detail = loc->chunk_id;
+        return GE_CHUNK;
+    }
+    if (loc->logic_length > MAX_RECORD || loc->phys_length > MAX_RECORD) {
+        *detail = loc->logic_length;
+        return GE_TOO_LARGE;
+    }
+    if ((uint64_t)loc->offset + loc->phys_length > a->limits[loc->chunk_id]) {
+        *detail = (long long)loc->offset + loc->phys_length;
+        return GE_BOUNDS;
+    }
+    int fd = a->fds[loc->chunk_id];
+    switch (loc->codec) {
+    case CODEC_RAW:
+        if (loc->phys_length != loc->logic_length) {
+            *detail = loc->phys_length;
+            return GE_LENGTH;
+        }
+        if (loc->logic_length && read_full(fd, out, loc->logic_length, loc->offset)) {
+            *detail = errno;
+            return GE_IO;
+        }
+        return GE_OK;
+    case CODEC_ZSTD:
+    case CODEC_ZSTD_DICT: {
+        if (loc->codec == CODEC_ZSTD_DICT && !a->ddict) return GE_NO_DICT;
+        if (!t->dctx && !(t->dctx = ZSTD_createDCtx())) return GE_NOMEM;
+        uint8_t *src = ctx_buf(t, loc->phys_length);
+        if (!src) return GE_NOMEM;
+        if (read_full(fd, src, loc->phys_length, loc->offset)) {
+            *detail = errno;
+            return GE_IO;
+        }
+        size_t r = loc->codec == CODEC_ZSTD
+                       ? ZSTD_decompressDCtx(t->dctx, out, loc->logic_length, src, loc->phys_length)
+                       : ZSTD_decompress_usingDDict(t->dctx, out, loc->logic_length, src,
+                                                    loc->phys_length, a->ddict);
+        if (ZSTD_isError(r)) {
+            *detail = (long long)r;
+            return GE_DECODE;
+        }
+        if (r != loc->logic_length) {
+            *detail = (long long)r;
+            return GE_LENGTH;
+        }
+        return GE_OK;
+    }
+    default:
+        *detail = loc->codec;
+        return GE_CODEC;
+    }
+}
+
+typedef struct {
+    gather_args *a;
+    gather_error *errs; /* one per shard */
+    uint64_t *unchecked;
+} gather_job;
+
+static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
+    gather_job *job = p;
+    gather_args *a = job->a;
+    gather_error *err = &job->errs[shard];
+    thread_ctx *t = get_ctx();
+    if (!t) {
+        err->code = GE_NOMEM;
+        err->pos = begin;
+        return;
+    }
+    for (size_t i = begin; i < end; i++) {
+        long long detail = 0;
+        int64_t ix = a->idx[i];
+        int code = GE_OK;
+        if (ix < 0 || (uint64_t)ix >= a->length) {
+            code = GE_INDEX;
+            detail = ix;
+        } else {
+            const zr_loc *loc = &a->table[ix];
+            uint64_t off = a->dst_off ? a->dst_off[i] : (uint64_t)i * a->stride;
+            uint64_t want = a->dst_off ? loc->logic_length : a->stride;
+            if (loc->logic_length != want) {
+                code = GE_DST;
+                detail = loc->logic_length;
+            } else if (off > a->dst_len || a->dst_len - off < loc->logic_length) {
+                code = GE_DST;
+                detail = (long long)off;
+            } else {
+                uint8_t *out = a->dst + off;
+                code = decode_one(a, t, loc, out, &detail);
+                if (code == GE_OK && a->sums) {
+                    const zr_sum *s = (uint64_t)ix < a->nsums ? &a->sums[ix] : NULL;
+                    if (s && s->valid && s->offset == loc->offset && s->chunk_id == loc->chunk_id &&
+                        s->phys_length == loc->phys_length && s->codec == loc->codec) {
+                        uint32_t c = chute_crc32c(0, out, loc->logic_length);
+                        if (c != s->crc) {
+                            code = GE_CHECKSUM;
+                            detail = c;
+                        }
+                    } else {
+                        job->unchecked[shard]++;
+                    }
+                }
+            }
+        }
+        if (code != GE_OK) {
+            err->code = code;
+            err->pos = i;
+            err->detail = detail;
+            return;
+        }
+    }
+}
+
+void chute_gather(gather_args *a) {
+    memset(&a->err, 0, sizeof a->err);
+    a->unchecked = 0;
+    size_t max_shards = a->max_threads ? a->max_threads : 1;
+    size_t ns = chute_shard_count(a->n, 8, max_shards);
+    if (ns == 0) return;
+    gather_error *errs = calloc(ns, sizeof *errs);
+    uint64_t *unchecked = calloc(ns, sizeof *unchecked);
+    if (!errs || !unchecked) {
+        free(errs);
+        free(unchecked);
+        a->err.code = GE_NOMEM;
+        return;
+    }
+    gather_job job = {.a = a, .errs = errs, .unchecked = unchecked};
+    chute_parallel(a->n, 8, max_shards, gather_shard, &job);
+    for (size_t s = 0; s < ns; s++) {
+        a->unchecked += unchecked[s];
+        if (errs[s].code != GE_OK && (a->err.code == GE_OK || errs[s].pos < a->err.pos))
+            a->err = errs[s];
+    }
+    free(errs);
+    free(unchecked);
+}
+
+/* ---- compression ---- */
+
+static size_t slot_capacity(uint64_t len, int codec) {
+    return codec == CODEC_RAW ? (size_t)len : ZSTD_compressBound((size_t)len);
+}
+
+size_t chute_compress_capacity(const uint64_t *src_len, size_t n, int codec) {
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += slot_capacity(src_len[i], codec);
+    return total;
+}
+
+typedef struct {
+    compress_args *a;
+    const size_t *slot; /* where record i's output starts before packing */
+    int *nomem;
+} compress_job;
+
+static void compress_shard(void *p, size_t begin, size_t end, size_t shard) {
+    compress_job *job = p;
+    compress_args *a = job->a;
+    thread_ctx *t = NULL;
+    if (a->codec != CODEC_RAW) {
+        t = get_ctx();
+        if (!t || (!t->cctx && !(t->cctx = ZSTD_createCCtx()))) {
+            job->nomem[shard] = 1;
+            return;
+        }
+    }
+    for (size_t i = begin; i < end; i++) {
+        const uint8_t *src = a->src + a->src_off[i];
+        size_t len = (size_t)a->src_len[i];
+        uint8_t *out = a->out + job->slot[i];
+        a->crcs[i] = chute_crc32c(0, src, len);
+        size_t r = (size_t)-1;
+        if (a->codec != CODEC_RAW && len > 0) {
+            size_t cap = slot_capacity(len, a->codec);
+            r = a->codec == CODEC_ZSTD_DICT
+                    ? ZSTD_compress_usingCDict(t->cctx, out, cap, src, len, a->cdict)
+                    : ZSTD_compressCCtx(t->cctx, out, cap, src, len, a->level);
+        }
+        if (ZSTD_isError(r) || r >= len) { /* did not shrink: store as is */
+            memcpy(out, src, len);
+            a->phys_len[i] = (uint32_t)len;
+            a->codecs[i] = CODEC_RAW;
+        } else {
+            a->phys_len[i] = (uint32_t)r;
+            a->codecs[i] = (uint8_t)a->codec;
+        }
+    }
+}
+
+void chute_compress(compress_args *a) {
+    a->packed = 0;
+    a->nomem = 0;
+    if (a->n == 0) return;
+    size_t max_shards = a->max_threads ? a->max_threads : 1;
+    size_t ns = chute_shard_count(a->n, 4, max_shards);
+    size_t *slot = malloc(a->n * sizeof *slot);
+    int *nomem = calloc(ns, sizeof *nomem);
+    if (!slot || !nomem) {
+        free(slot);
+        free(nomem);
+        a->nomem = 1;
+        return;
+    }
+    size_t pos = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        slot[i] = pos;
+        pos += slot_capacity(a->src_len[i], a->codec);
+    }
+    compress_job job = {.a = a, .slot = slot, .nomem = nomem};
+    chute_parallel(a->n, 4, max_shards, compress_shard, &job);
+    for (size_t s = 0; s < ns; s++) a->nomem |= nomem[s];
+    /* Pack the records densely; each moves down (or stays), so memmove in order is safe. */
+    size_t w = 0;
+    for (size_t i = 0; i < a->n && !a->nomem; i++) {
+        if (w != slot[i]) memmove(a->out + w, a->out + slot[i], a->phys_len[i]);
+        w += a->phys_len[i];
+    }
+    a->packed = w;
+    free(slot);
+    free(nomem);
+}

@@ -1,0 +1,99 @@
+/* The record store's hot loops: batch gather with decode, and batch compression. */
+#ifndef CHUTE_GATHER_H
+#define CHUTE_GATHER_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zstd_api.h"
+
+/* One entry of the Zrecord table in meta.zr (16 bytes, little-endian, naturally aligned). */
+typedef struct {
+    uint32_t offset;
+    uint32_t phys_length;
+    uint32_t logic_length;
+    uint16_t chunk_id;
+    uint8_t codec;
+    uint8_t reserved;
+} zr_loc;
+
+/* One entry of chute's checksum sidecar: where the record was when it was summed, and the
+ * CRC-32C of its logical bytes. A location that no longer matches the table means the
+ * store was changed by a writer that keeps no sidecar: the record cannot be checked. */
+typedef struct {
+    uint32_t crc;
+    uint32_t offset;
+    uint32_t phys_length;
+    uint16_t chunk_id;
+    uint8_t codec;
+    uint8_t valid;
+} zr_sum;
+
+enum { CODEC_RAW = 0, CODEC_ZSTD = 1, CODEC_ZSTD_DICT = 2 };
+enum { MAX_RECORD = 1u << 20 };
+
+/* Error codes, translated into exceptions by the Python layer. */
+enum {
+    GE_OK = 0,
+    GE_INDEX,      /* index outside 0..length */
+    GE_CHUNK,      /* chunk_id outside the store's chunks */
+    GE_BOUNDS,     /* offset + phys_length past the chunk's end */
+    GE_TOO_LARGE,  /* logic or phys length over the format's cap */
+    GE_CODEC,      /* unknown codec tag */
+    GE_NO_DICT,    /* zstd_dict record in a store without dict.zr */
+    GE_DECODE,     /* zstd reported an error */
+    GE_LENGTH,     /* decoded size differs from logic_length, or raw phys != logic */
+    GE_IO,         /* pread failed or came back short */
+    GE_DST,        /* destination slot too small or outside the buffer */
+    GE_CHECKSUM,   /* logical bytes differ from the sidecar's CRC-32C */
+    GE_NOMEM,
+};
+
+typedef struct {
+    int code;
+    size_t pos; /* position in the batch of the first failing record */
+    long long detail;
+} gather_error;
+
+typedef struct {
+    const zr_loc *table;
+    uint64_t length;
+    const int *fds;
+    const uint64_t *limits; /* readable bytes of each chunk */
+    uint32_t nchunks;
+    const ZSTD_DDict *ddict;
+    const int64_t *idx;
+    size_t n;
+    uint8_t *dst;
+    size_t dst_len;
+    const uint64_t *dst_off; /* NULL: record i goes to i * stride and must be stride bytes */
+    uint64_t stride;
+    const zr_sum *sums; /* NULL: no checksum check */
+    uint64_t nsums;
+    size_t max_threads;
+    gather_error err; /* out */
+    uint64_t unchecked; /* out: records whose sidecar entry did not match the table */
+} gather_args;
+
+void chute_gather(gather_args *a);
+
+typedef struct {
+    const uint8_t *src;
+    const uint64_t *src_off;
+    const uint64_t *src_len;
+    size_t n;
+    int codec; /* CODEC_RAW, CODEC_ZSTD or CODEC_ZSTD_DICT */
+    int level;
+    const ZSTD_CDict *cdict;
+    size_t max_threads;
+    uint8_t *out;       /* capacity chute_compress_capacity(); packed densely on return */
+    uint32_t *phys_len; /* out */
+    uint8_t *codecs;    /* out: the codec actually used (raw when a record did not shrink) */
+    uint32_t *crcs;     /* out: CRC-32C of each record's logical bytes */
+    size_t packed;      /* out: total bytes in `out` */
+    int nomem;          /* out */
+} compress_args;
+
+size_t chute_compress_capacity(const uint64_t *src_len, size_t n, int codec);
+void chute_compress(compress_args *a);
+
+#endif

@@ -1,0 +1,265 @@
+/* Python face of the record store's compiled core. Buffers in, buffers out: the Python
+ * layer (chute.store) owns files, layout and validation; this module owns the loops. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "crc32c.h"
+#include "gather.h"
+#include "zstd_api.h"
+
+#define CDICT_CAPSULE "chute.zstd_cdict"
+#define DDICT_CAPSULE "chute.zstd_ddict"
+
+static void cdict_free(PyObject *cap) {
+    ZSTD_CDict *d = PyCapsule_GetPointer(cap, CDICT_CAPSULE);
+    if (d) ZSTD_freeCDict(d);
+}
+
+static void ddict_free(PyObject *cap) {
+    ZSTD_DDict *d = PyCapsule_GetPointer(cap, DDICT_CAPSULE);
+    if (d) ZSTD_freeDDict(d);
+}
+
+static PyObject *make_cdict(PyObject *self, PyObject *args) {
+    Py_buffer dict;
+    int level;
+    if (!PyArg_ParseTuple(args, "y*i", &dict, &level)) return NULL;
+    ZSTD_CDict *d = ZSTD_createCDict(dict.buf, (size_t)dict.len, level);
+    PyBuffer_Release(&dict);
+    if (!d) return PyErr_Format(PyExc_ValueError, "zstd rejected the dictionary");
+    return PyCapsule_New(d, CDICT_CAPSULE, cdict_free);
+}
+
+static PyObject *make_ddict(PyObject *self, PyObject *args) {
+    Py_buffer dict;
+    if (!PyArg_ParseTuple(args, "y*", &dict)) return NULL;
+    ZSTD_DDict *d = ZSTD_createDDict(dict.buf, (size_t)dict.len);
+    PyBuffer_Release(&dict);
+    if (!d) return PyErr_Format(PyExc_ValueError, "zstd rejected the dictionary");
+    return PyCapsule_New(d, DDICT_CAPSULE, ddict_free);
+}
+
+static PyObject *train_dict(PyObject *self, PyObject *args) {
+    Py_buffer samples, sizes;
+    Py_ssize_t capacity;
+    if (!PyArg_ParseTuple(args, "y*y*n", &samples, &sizes, &capacity)) return NULL;
+    PyObject *result = NULL;
+    size_t n = (size_t)sizes.len / sizeof(uint64_t);
+    size_t *sz = malloc((n ? n : 1) * sizeof *sz);
+    void *out = malloc(capacity > 0 ? (size_t)capacity : 1);
+    uint64_t total = 0;
+    for (size_t i = 0; sz && i < n; i++) {
+        sz[i] = (size_t)((const uint64_t *)sizes.buf)[i];
+        total += sz[i];
+    }
+    if (!sz || !out) {
+        PyErr_NoMemory();
+    } else if (capacity <= 0 || total > (uint64_t)samples.len) {
+        PyErr_SetString(PyExc_ValueError, "sample sizes exceed the sample buffer");
+    } else {
+        size_t r;
+        Py_BEGIN_ALLOW_THREADS
+        r = ZDICT_trainFromBuffer(out, (size_t)capacity, samples.buf, sz, (unsigned)n);
+        Py_END_ALLOW_THREADS
+        if (ZDICT_isError(r))
+            PyErr_Format(PyExc_ValueError, "zstd could not train a dictionary: %s",
+                         ZDICT_getErrorName(r));
+        else
+            result = PyBytes_FromStringAndSize(out, (Py_ssize_t)r);
+    }
+    free(sz);
+    free(out);
+    PyBuffer_Release(&samples);
+    PyBuffer_Release(&sizes);
+    return result;
+}
+
+static int get_fds(PyObject *seq, int **fds, uint32_t *n) {
+    PyObject *fast = PySequence_Fast(seq, "fds must be a sequence of ints");
+    if (!fast) return -1;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+    *fds = malloc((size_t)(len ? len : 1) * sizeof(int));
+    if (!*fds) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            free(*fds);
+            return -1;
+        }
+        (*fds)[i] = (int)v;
+    }
+    *n = (uint32_t)len;
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* gather(table, limits, fds, idx, dst, stride, offsets, ddict, sums, threads)
+ *   -> (code, pos, detail, unchecked). code 0 is success; the caller raises otherwise. */
+static PyObject *gather(PyObject *self, PyObject *args) {
+    Py_buffer table, limits, idx, dst, offsets = {0}, sums = {0};
+    PyObject *fds_obj, *offsets_obj, *ddict_obj, *sums_obj;
+    unsigned long long stride;
+    Py_ssize_t threads;
+    if (!PyArg_ParseTuple(args, "y*y*Oy*w*KOOOn", &table, &limits, &fds_obj, &idx, &dst, &stride,
+                          &offsets_obj, &ddict_obj, &sums_obj, &threads))
+        return NULL;
+    PyObject *result = NULL;
+    int *fds = NULL;
+    uint32_t nfds = 0;
+    gather_args a = {0};
+    if (offsets_obj != Py_None && PyObject_GetBuffer(offsets_obj, &offsets, PyBUF_SIMPLE) < 0)
+        goto done;
+    if (sums_obj != Py_None && PyObject_GetBuffer(sums_obj, &sums, PyBUF_SIMPLE) < 0) goto done;
+    if (get_fds(fds_obj, &fds, &nfds) < 0) goto done;
+    if ((size_t)limits.len < nfds * sizeof(uint64_t)) {
+        PyErr_SetString(PyExc_ValueError, "limits shorter than fds");
+        goto done;
+    }
+    a.table = table.buf;
+    a.length = (uint64_t)table.len / sizeof(zr_loc);
+    a.fds = fds;
+    a.limits = limits.buf;
+    a.nchunks = nfds;
+    if (ddict_obj != Py_None) {
+        a.ddict = PyCapsule_GetPointer(ddict_obj, DDICT_CAPSULE);
+        if (!a.ddict) goto done;
+    }
+    a.idx = idx.buf;
+    a.n = (size_t)idx.len / sizeof(int64_t);
+    a.dst = dst.buf;
+    a.dst_len = (size_t)dst.len;
+    a.stride = stride;
+    if (offsets.buf) {
+        if ((size_t)offsets.len < a.n * sizeof(uint64_t)) {
+            PyErr_SetString(PyExc_ValueError, "offsets shorter than idx");
+            goto done;
+        }
+        a.dst_off = offsets.buf;
+    }
+    if (sums.buf) {
+        a.sums = sums.buf;
+        a.nsums = (uint64_t)sums.len / sizeof(zr_sum);
+    }
+    a.max_threads = threads > 0 ? (size_t)threads : 1;
+    if (a.n <= 1) {
+        chute_gather(&a); /* not worth a GIL round trip */
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        chute_gather(&a);
+        Py_END_ALLOW_THREADS
+    }
+    result = Py_BuildValue("inLK", a.err.code, (Py_ssize_t)a.err.pos, a.err.detail,
+                           (unsigned long long)a.unchecked);
+done:
+    free(fds);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&limits);
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&dst);
+    if (offsets.buf) PyBuffer_Release(&offsets);
+    if (sums.buf) PyBuffer_Release(&sums);
+    return result;
+}
+
+/* compress(src, offsets, lengths, codec, level, cdict, threads, phys_out, codec_out, crc_out)
+ *   -> bytearray of the records packed densely. */
+static PyObject *compress(PyObject *self, PyObject *args) {
+    Py_buffer src, off, len, phys, codecs, crcs;
+    int codec, level;
+    PyObject *cdict_obj;
+    Py_ssize_t threads;
+    if (!PyArg_ParseTuple(args, "y*y*y*iiOnw*w*w*", &src, &off, &len, &codec, &level, &cdict_obj,
+                          &threads, &phys, &codecs, &crcs))
+        return NULL;
+    PyObject *out = NULL;
+    size_t n = (size_t)len.len / sizeof(uint64_t);
+    compress_args a = {0};
+    if ((size_t)off.len < n * sizeof(uint64_t) || (size_t)phys.len < n * sizeof(uint32_t) ||
+        (size_t)codecs.len < n || (size_t)crcs.len < n * sizeof(uint32_t)) {
+        PyErr_SetString(PyExc_ValueError, "compress: output arrays shorter than the batch");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t o = ((const uint64_t *)off.buf)[i], l = ((const uint64_t *)len.buf)[i];
+        if (l > MAX_RECORD || o > (uint64_t)src.len || (uint64_t)src.len - o < l) {
+            PyErr_Format(PyExc_ValueError, "record %zu: bad source range (%llu bytes at %llu)", i,
+                         (unsigned long long)l, (unsigned long long)o);
+            goto done;
+        }
+    }
+    if (codec < CODEC_RAW || codec > CODEC_ZSTD_DICT) {
+        PyErr_Format(PyExc_ValueError, "unknown codec tag %d", codec);
+        goto done;
+    }
+    if (codec == CODEC_ZSTD_DICT) {
+        a.cdict = PyCapsule_GetPointer(cdict_obj, CDICT_CAPSULE);
+        if (!a.cdict) goto done;
+    }
+    size_t cap = chute_compress_capacity(len.buf, n, codec);
+    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)cap);
+    if (!out) goto done;
+    a.src = src.buf;
+    a.src_off = off.buf;
+    a.src_len = len.buf;
+    a.n = n;
+    a.codec = codec;
+    a.level = level;
+    a.max_threads = threads > 0 ? (size_t)threads : 1;
+    a.out = (uint8_t *)PyByteArray_AS_STRING(out);
+    a.phys_len = phys.buf;
+    a.codecs = codecs.buf;
+    a.crcs = crcs.buf;
+    Py_BEGIN_ALLOW_THREADS
+    chute_compress(&a);
+    Py_END_ALLOW_THREADS
+    if (a.nomem) {
+        Py_CLEAR(out);
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (PyByteArray_Resize(out, (Py_ssize_t)a.packed) < 0) Py_CLEAR(out);
+done:
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&off);
+    PyBuffer_Release(&len);
+    PyBuffer_Release(&phys);
+    PyBuffer_Release(&codecs);
+    PyBuffer_Release(&crcs);
+    return out;
+}
+
+static PyObject *crc32c(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    unsigned int value = 0;
+    if (!PyArg_ParseTuple(args, "y*|I", &buf, &value)) return NULL;
+    uint32_t c;
+    Py_BEGIN_ALLOW_THREADS
+    c = chute_crc32c(value, buf.buf, (size_t)buf.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyMethodDef methods[] = {
+    {"gather", gather, METH_VARARGS, "Decode records into a caller buffer across cores."},
+    {"compress", compress, METH_VARARGS, "Compress a batch of records across cores."},
+    {"train_dict", train_dict, METH_VARARGS, "Train a zstd dictionary on sample records."},
+    {"make_cdict", make_cdict, METH_VARARGS, "Digest a dictionary for compression."},
+    {"make_ddict", make_ddict, METH_VARARGS, "Digest a dictionary for decompression."},
+    {"crc32c", crc32c, METH_VARARGS, "CRC-32C of a buffer."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_zrecord", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__zrecord(void) {
+    chute_crc32c_init();
+    return PyModule_Create(&module);
+}
