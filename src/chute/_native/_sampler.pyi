@@ -1,5 +1,6 @@
-from collections.abc import Buffer
+import numpy as np
+import numpy.typing as npt
 
 def fill(
-    mode: int, length: int, batch: int, seed: int, step: int, first: int, out: Buffer
+    mode: int, length: int, batch: int, seed: int, step: int, first: int, out: npt.NDArray[np.uint64]
 ) -> None: ...
