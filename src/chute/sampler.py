@@ -79,9 +79,7 @@ class Sampler:
         """Make ``step`` the next step to draw; O(1) in every mode."""
         self._step = _check_u64("step", step)
 
-    def indices(
-        self, step: int, start: int = 0, stop: int | None = None
-    ) -> npt.NDArray[np.uint64]:
+    def indices(self, step: int, start: int = 0, stop: int | None = None) -> npt.NDArray[np.uint64]:
         """Positions ``start:stop`` of the batch at ``step`` (all of it by default).
 
         A slice costs only its own length, which is how each host of a multi-host run draws
