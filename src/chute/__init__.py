@@ -18,6 +18,7 @@ from chute.errors import (
     StoreNotFoundError,
 )
 from chute.loader import DataLoader
+from chute.ragged import RaggedDataset, pad, write_ragged
 from chute.sampler import Sampler
 from chute.store import Codec, RecordStore
 
@@ -28,11 +29,14 @@ __all__ = [
     "CorruptStoreError",
     "DataLoader",
     "Dataset",
+    "RaggedDataset",
     "RecordStore",
     "Sampler",
     "StoreClosedError",
     "StoreError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "pad",
     "write_dataset",
+    "write_ragged",
 ]
