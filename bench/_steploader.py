@@ -10,9 +10,7 @@ from pathlib import Path
 RESULTS = Path(__file__).parent / "results"
 
 
-def interleaved(
-    contenders: dict[str, Callable[[], float]], rounds: int
-) -> dict[str, float]:
+def interleaved(contenders: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
     """Median of each contender's measurements, taking turns round by round so that load
     from other processes on a shared machine falls on all of them alike."""
     samples: dict[str, list[float]] = {name: [] for name in contenders}

@@ -8,6 +8,7 @@ shared and noisy. Run: ``python bench/sampler.py [--plot]``.
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 import numpy as np
 from _steploader import bar_plot, interleaved, per_call, report, table
@@ -25,10 +26,11 @@ def _draw_times(rounds: int) -> list[list[object]]:
     rows: list[list[object]] = []
     for batch in BATCHES:
         calls = max(200, 400_000 // batch)
-        rng = np.random.default_rng(0)
-        contenders = {"numpy": per_call(lambda: rng.integers(0, LENGTH, batch), calls)}
+        draw = partial(np.random.default_rng(0).integers, 0, LENGTH, batch)
+        contenders = {"numpy": per_call(draw, calls)}
         for mode, code in MODES.items():
-            ours, theirs = Sampler(LENGTH, batch, mode, seed=1), LoaderxSampler(LENGTH, batch, code, 1)
+            ours = Sampler(LENGTH, batch, mode, seed=1)
+            theirs = LoaderxSampler(LENGTH, batch, code, 1)
             contenders[f"chute {mode}"] = per_call(ours.__next__, calls)
             contenders[f"loaderx {mode}"] = per_call(theirs.next, calls)
         t = interleaved(contenders, rounds)
@@ -58,7 +60,7 @@ def _seek_times(rounds: int) -> list[list[object]]:
         t = interleaved(
             {
                 "chute": per_call(chute_seek, 200),
-                "chute far": per_call(lambda: chute_seek(far, 10**15), 200),
+                "chute far": per_call(partial(chute_seek, far, 10**15), 200),
                 "loaderx": per_call(loaderx_seek, 3),
             },
             rounds,
