@@ -55,9 +55,10 @@ def main() -> None:
     for idx in batches:
         x, y = ds[idx], lab[idx]
     dt = time.perf_counter() - t0
+    mib_s = len(batches) * x.nbytes / 2**20 / dt
     print(
         f"read: {len(batches)} random batches of {x.shape} + labels {y.shape}: "
-        f"{dt / len(batches) * 1e3:.2f} ms per batch, {len(batches) * x.nbytes / 2**20 / dt:.0f} MiB/s"
+        f"{dt / len(batches) * 1e3:.2f} ms per batch, {mib_s:.0f} MiB/s"
     )
     assert np.array_equal(ds[batches[-1]], images[batches[-1]])
     assert np.array_equal(lab[batches[-1]], labels[batches[-1]])
