@@ -18,6 +18,7 @@ Crash-safety order, for every mutation (the one place it is argued):
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import warnings
@@ -205,7 +206,7 @@ class RecordStore:
     def _unmap_meta(self) -> None:
         self._table = np.empty(0, fmt.LOC_DTYPE)
         if self._meta is not None:
-            self._meta.close()
+            _release(self._meta)
             self._meta = None
 
     def _open_chunks(self) -> None:
@@ -259,7 +260,7 @@ class RecordStore:
         have = os.fstat(self._sums_fd).st_size
         self._sums = None
         if self._sums_map is not None:
-            self._sums_map.close()
+            _release(self._sums_map)
             self._sums_map = None
         if have < fmt.SUMS_HEADER.size:
             return  # a damaged sidecar only costs the ability to check
@@ -786,7 +787,7 @@ class RecordStore:
         self._sums = None
         self._ddict = self._cdict = None
         if self._sums_map is not None:
-            self._sums_map.close()
+            _release(self._sums_map)
             self._sums_map = None
         self._unmap_meta()
         for fd in (*self._chunk_fds, self._sums_fd, self._meta_fd):
@@ -857,7 +858,12 @@ def _concat(
     records: Iterable[bytes | bytearray | memoryview | npt.NDArray[Any]],
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
     """Lay byte-like records end to end; returns the bytes and each record's length."""
-    parts = [np.ascontiguousarray(np.asarray(r)).reshape(-1).view(np.uint8) for r in records]
+    parts = [
+        np.ascontiguousarray(r).reshape(-1).view(np.uint8)
+        if isinstance(r, np.ndarray)
+        else np.frombuffer(r, np.uint8)
+        for r in records
+    ]
     lengths = np.array([p.size for p in parts], np.uint64)
     return (np.concatenate(parts) if parts else np.empty(0, np.uint8)), lengths
 
@@ -869,6 +875,12 @@ def _same_place(s: np.void, loc: np.void) -> bool:
         and s["phys_length"] == loc["phys_length"]
         and s["codec"] == loc["codec"]
     )
+
+
+def _release(m: mmap.mmap) -> None:
+    """Unmap now, or, while a view (say, in a traceback) still holds it, when that view dies."""
+    with contextlib.suppress(BufferError):
+        m.close()
 
 
 def _msync(m: mmap.mmap, start: int, size: int) -> None:
