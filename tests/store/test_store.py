@@ -158,7 +158,7 @@ def test_modes_and_missing_paths(tmp_path: Path) -> None:
     with pytest.raises(StoreNotFoundError, match="does not exist"):
         RecordStore(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(StoreNotFoundError, match="no meta.zr"):
+    with pytest.raises(StoreNotFoundError, match=r"no meta\.zr"):
         RecordStore(tmp_path / "empty")
     assert list((tmp_path / "empty").iterdir()) == []  # reading never creates files
     with pytest.raises(ValueError, match="mode"):
