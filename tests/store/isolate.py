@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -21,6 +22,7 @@ def run_isolated(fn: Callable[[], int], timeout: float = 20.0) -> int:
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
+        faulthandler.disable()  # a deliberate crash needs no dump of every thread
         code = UNEXPECTED
         try:
             code = fn()
