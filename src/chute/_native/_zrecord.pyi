@@ -14,6 +14,7 @@ def gather(
     offsets: _Buffer | None,
     ddict: Any,
     sums: _Buffer | None,
+    strict: bool,
     threads: int,
 ) -> tuple[int, int, int, int]: ...
 def compress(

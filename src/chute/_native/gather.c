@@ -164,13 +164,16 @@ static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
                 code = decode_one(a, t, loc, out, &detail);
                 if (code == GE_OK && a->sums) {
                     const zr_sum *s = (uint64_t)ix < a->nsums ? &a->sums[ix] : NULL;
-                    if (s && s->valid && s->offset == loc->offset && s->chunk_id == loc->chunk_id &&
-                        s->phys_length == loc->phys_length && s->codec == loc->codec) {
+                    int same = s && s->offset == loc->offset && s->chunk_id == loc->chunk_id &&
+                               s->phys_length == loc->phys_length && s->codec == loc->codec;
+                    if (s && s->valid && same) {
                         uint32_t c = chute_crc32c(0, out, loc->logic_length);
                         if (c != s->crc) {
                             code = GE_CHECKSUM;
                             detail = c;
                         }
+                    } else if (s && s->valid && a->strict) {
+                        code = GE_TABLE;
                     } else {
                         job->unchecked[shard]++;
                     }

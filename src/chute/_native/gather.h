@@ -46,6 +46,7 @@ enum {
     GE_DST,        /* destination slot too small or outside the buffer */
     GE_CHECKSUM,   /* logical bytes differ from the sidecar's CRC-32C */
     GE_NOMEM,
+    GE_TABLE,      /* table entry differs from where its checksum says the record was */
 };
 
 typedef struct {
@@ -69,6 +70,7 @@ typedef struct {
     uint64_t stride;
     const zr_sum *sums; /* NULL: no checksum check */
     uint64_t nsums;
+    int strict; /* the sidecar is in step with the table: a mismatch is damage, not an edit */
     size_t max_threads;
     gather_error err; /* out */
     uint64_t unchecked; /* out: records whose sidecar entry did not match the table */

@@ -100,15 +100,16 @@ static int get_fds(PyObject *seq, int **fds, uint32_t *n) {
     return 0;
 }
 
-/* gather(table, limits, fds, idx, dst, stride, offsets, ddict, sums, threads)
+/* gather(table, limits, fds, idx, dst, stride, offsets, ddict, sums, strict, threads)
  *   -> (code, pos, detail, unchecked). code 0 is success; the caller raises otherwise. */
 static PyObject *gather(PyObject *self, PyObject *args) {
     Py_buffer table, limits, idx, dst, offsets = {0}, sums = {0};
     PyObject *fds_obj, *offsets_obj, *ddict_obj, *sums_obj;
     unsigned long long stride;
     Py_ssize_t threads;
-    if (!PyArg_ParseTuple(args, "y*y*Oy*w*KOOOn", &table, &limits, &fds_obj, &idx, &dst, &stride,
-                          &offsets_obj, &ddict_obj, &sums_obj, &threads))
+    int strict;
+    if (!PyArg_ParseTuple(args, "y*y*Oy*w*KOOOpn", &table, &limits, &fds_obj, &idx, &dst, &stride,
+                          &offsets_obj, &ddict_obj, &sums_obj, &strict, &threads))
         return NULL;
     PyObject *result = NULL;
     int *fds = NULL;
@@ -146,6 +147,7 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     if (sums.buf) {
         a.sums = sums.buf;
         a.nsums = (uint64_t)sums.len / sizeof(zr_sum);
+        a.strict = strict;
     }
     a.max_threads = threads > 0 ? (size_t)threads : 1;
     if (a.n <= 1) {

@@ -53,7 +53,11 @@ SUMS_FILE: Final = "crc32c.chute"
 
 SUMS_MAGIC: Final = b"ZCRC"
 SUMS_VERSION: Final = 1
-SUMS_HEADER = struct.Struct("<4sHHQ")  # magic, version, reserved, reserved
+# magic, version, then the header state (tail_chunk, tail_offset, length) of meta.zr when the
+# sidecar was last brought in step with it; a different state means another tool wrote since.
+SUMS_HEADER = struct.Struct("<4sHHII16x")
+SUMS_STATE = struct.Struct("<HII")
+SUMS_STATE_OFFSET: Final = 6
 SUMS_DTYPE: Final = np.dtype(
     [
         ("crc", "<u4"),

@@ -18,6 +18,7 @@ Crash-safety order, for every mutation (the one place it is argued):
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import warnings
@@ -205,7 +206,7 @@ class RecordStore:
     def _unmap_meta(self) -> None:
         self._table = np.empty(0, fmt.LOC_DTYPE)
         if self._meta is not None:
-            self._meta.close()
+            _release(self._meta)
             self._meta = None
 
     def _open_chunks(self) -> None:
@@ -247,10 +248,44 @@ class RecordStore:
                         stacklevel=4,
                     )
                 return
-            header = fmt.SUMS_HEADER.pack(fmt.SUMS_MAGIC, fmt.SUMS_VERSION, 0, 0)
+            header = fmt.SUMS_HEADER.pack(fmt.SUMS_MAGIC, fmt.SUMS_VERSION, *self._state())
             write_file_atomic(path, header, durable=self._durable)
         self._sums_fd = os.open(path, os.O_RDWR if self._writable else os.O_RDONLY)
         self._map_sums(len(self._table))
+        if self._writable and not self._sums_in_step():
+            self._resync_sums()
+
+    def _state(self) -> tuple[int, int, int]:
+        return self._tail_chunk, self._tail_offset, self._length
+
+    def _sums_in_step(self) -> bool:
+        """True when no other tool has written since the sidecar was last stamped."""
+        if self._sums_map is None or self._sums is None:
+            return False
+        stamp = fmt.SUMS_STATE.unpack_from(self._sums_map, fmt.SUMS_STATE_OFFSET)
+        return bool(stamp == self._state())
+
+    def _resync_sums(self) -> None:
+        """After another tool's writes (or a crash mid-commit), forget checksums whose record
+        has moved, so that from here on any mismatch means damage."""
+        if self._sums is None:
+            return
+        sums, live = self._sums[: self._length], self._table[: self._length]
+        moved = (
+            (sums["offset"] != live["offset"])
+            | (sums["chunk_id"] != live["chunk_id"])
+            | (sums["phys_length"] != live["phys_length"])
+            | (sums["codec"] != live["codec"])
+        )
+        sums["valid"][moved] = 0
+        self._stamp_sums()
+
+    def _stamp_sums(self, in_step: bool = True) -> None:
+        """Record that the sidecar matches the table (or, before a multi-step edit of both,
+        that it may not, so a crash midway reads as 'unchecked' rather than damage)."""
+        if self._sums_map is not None:
+            state = self._state() if in_step else _NO_STATE
+            fmt.SUMS_STATE.pack_into(self._sums_map, fmt.SUMS_STATE_OFFSET, *state)
 
     def _map_sums(self, capacity: int) -> None:
         size = fmt.SUMS_HEADER.size + capacity * fmt.SUMS_DTYPE.itemsize
@@ -259,7 +294,7 @@ class RecordStore:
         have = os.fstat(self._sums_fd).st_size
         self._sums = None
         if self._sums_map is not None:
-            self._sums_map.close()
+            _release(self._sums_map)
             self._sums_map = None
         if have < fmt.SUMS_HEADER.size:
             return  # a damaged sidecar only costs the ability to check
@@ -405,6 +440,7 @@ class RecordStore:
         """One native call; raises on the first bad record. Returns how many went unchecked."""
         for attempt in (0, 1):
             sums = self._sums[: self._length] if self._verify and self._sums is not None else None
+            strict = sums is not None and self._sums_in_step()
             code, pos, detail, unchecked = _native.gather(
                 self._table[: self._length],
                 self._limits,
@@ -415,6 +451,7 @@ class RecordStore:
                 offsets,
                 self._ddict,
                 sums,
+                strict,
                 self._threads,
             )
             if code == 0:
@@ -436,6 +473,12 @@ class RecordStore:
             return ValueError(
                 f"record {index} holds {loc['logic_length']} bytes, but its slot in the batch "
                 f"is {stride} bytes: the record does not match the requested size or schema"
+            )
+        if code == _GE_TABLE:
+            return CorruptStoreError(
+                f"{where}: the table entry differs from the one written with the record's "
+                "checksum: meta.zr is damaged",
+                index,
             )
         if code == _GE_CHECKSUM:
             return ChecksumError(
@@ -596,6 +639,7 @@ class RecordStore:
         if self._durable:
             self._meta.flush(0, _PAGE)
         self._tail_chunk, self._tail_offset, self._length = tail_chunk, tail_offset, length
+        self._stamp_sums()
         for c in range(len(self._limits)):
             self._limits[c] = min(os.fstat(self._chunk_fds[c]).st_size, fmt.CHUNK_LIMIT)
         self._limits[tail_chunk] = tail_offset
@@ -610,6 +654,7 @@ class RecordStore:
         idx = np.unique(self._as_indices(indices))
         self._check_range(idx)
         assert self._meta is not None and self._sums is not None
+        self._stamp_sums(in_step=False)
         for i in idx[::-1].tolist():
             last = self._length - 1
             if i != last:
@@ -619,6 +664,7 @@ class RecordStore:
                 self._meta, fmt.TAIL_STATE_OFFSET, self._tail_chunk, self._tail_offset, last
             )
             self._length = last
+        self._stamp_sums()
         if self._durable:
             self.sync()
 
@@ -663,6 +709,7 @@ class RecordStore:
         moved = (new_chunk != old_chunk) | (new_off != old_off)
         overlap = moved & (new_chunk == old_chunk) & (new_off.astype(np.int64) + phys > old_off)
         bounce = self._reserve_bounce(int(phys[overlap].max()) if overlap.any() else 0)
+        self._stamp_sums(in_step=False)
         for k in np.flatnonzero(moved).tolist():
             self._move(int(order[k]), int(new_chunk[k]), int(new_off[k]), bool(overlap[k]), bounce)
         for fd in self._chunk_fds:
@@ -786,7 +833,7 @@ class RecordStore:
         self._sums = None
         self._ddict = self._cdict = None
         if self._sums_map is not None:
-            self._sums_map.close()
+            _release(self._sums_map)
             self._sums_map = None
         self._unmap_meta()
         for fd in (*self._chunk_fds, self._sums_fd, self._meta_fd):
@@ -810,11 +857,13 @@ class RecordStore:
         return f"RecordStore({str(self._path)!r}, mode={self._mode!r}, {state})"
 
 
+_NO_STATE = (0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF)  # matches no real header
+
 # Error codes of chute._native.gather (gather.h).
 (
     _GE_INDEX, _GE_CHUNK, _GE_BOUNDS, _GE_TOO_LARGE, _GE_CODEC, _GE_NO_DICT,
-    _GE_DECODE, _GE_LENGTH, _GE_IO, _GE_DST, _GE_CHECKSUM, _GE_NOMEM,
-) = range(1, 13)  # fmt: skip
+    _GE_DECODE, _GE_LENGTH, _GE_IO, _GE_DST, _GE_CHECKSUM, _GE_NOMEM, _GE_TABLE,
+) = range(1, 14)  # fmt: skip
 
 
 def _place(
@@ -857,7 +906,12 @@ def _concat(
     records: Iterable[bytes | bytearray | memoryview | npt.NDArray[Any]],
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
     """Lay byte-like records end to end; returns the bytes and each record's length."""
-    parts = [np.ascontiguousarray(np.asarray(r)).reshape(-1).view(np.uint8) for r in records]
+    parts = [
+        np.ascontiguousarray(r).reshape(-1).view(np.uint8)
+        if isinstance(r, np.ndarray)
+        else np.frombuffer(r, np.uint8)
+        for r in records
+    ]
     lengths = np.array([p.size for p in parts], np.uint64)
     return (np.concatenate(parts) if parts else np.empty(0, np.uint8)), lengths
 
@@ -869,6 +923,12 @@ def _same_place(s: np.void, loc: np.void) -> bool:
         and s["phys_length"] == loc["phys_length"]
         and s["codec"] == loc["codec"]
     )
+
+
+def _release(m: mmap.mmap) -> None:
+    """Unmap now, or, while a view (say, in a traceback) still holds it, when that view dies."""
+    with contextlib.suppress(BufferError):
+        m.close()
 
 
 def _msync(m: mmap.mmap, start: int, size: int) -> None:
