@@ -8,12 +8,15 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chute import DataLoader
 
@@ -281,3 +284,47 @@ def test_foreign_state_is_refused() -> None:
         with pytest.raises(ValueError, match="not a chute DataLoader state"):
             other.load_state_dict({"step": 3})
         assert other.step == 0
+
+
+def test_interpreter_exit_with_open_stores_mid_gather(tmp_path: Path) -> None:
+    import chute
+
+    chute.write_dataset(tmp_path / "x.zr", np.arange(4000 * 64, dtype=np.int64).reshape(4000, 64))
+    chute.write_ragged(tmp_path / "r.zr", [np.arange(i % 50) for i in range(4000)]).close()
+    code = f"""
+import chute
+x = chute.Dataset({str(tmp_path / "x.zr")!r})
+r = chute.RaggedDataset({str(tmp_path / "r.zr")!r})
+dl = chute.DataLoader({{"x": x, "r": r}}, batch_size=512, num_threads=4, prefetch=16)
+next(dl)
+print("done")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "done"
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    mode=st.sampled_from(MODES),
+    stops=st.lists(st.integers(0, 6), min_size=1, max_size=3),
+    threads=st.integers(1, 4),
+    prefetch=st.integers(1, 6),
+    seed=st.integers(0, 2**64 - 1),
+)
+def test_any_chain_of_resumes_replays_the_stream(
+    mode: str, stops: list[int], threads: int, prefetch: int, seed: int
+) -> None:
+    streams = {"y": np.arange(97)}
+    with DataLoader(streams, 8, mode, seed, num_threads=1) as dl:  # type: ignore[arg-type]
+        expected = [b["y"] for b in _take(dl, sum(stops) + 3)]
+    got: list[np.ndarray] = []
+    state = None
+    for stop in [*stops, 3]:
+        loader = DataLoader(streams, 8, mode, seed, num_threads=threads, prefetch=prefetch)  # type: ignore[arg-type]
+        with loader as dl:
+            if state is not None:
+                dl.load_state_dict(state)
+            got += [b["y"] for b in _take(dl, stop)]
+            state = json.loads(json.dumps(dl.state_dict()))
+    np.testing.assert_array_equal(np.stack(got), np.stack(expected))
