@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ Session = tuple[Iterator[Any], Callable[[], None]]
 """A started loader: its batch iterator and how to stop it."""
 
 
-def _endless(make_epoch: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+def _endless(make_epoch: Callable[[], Iterator[Any]]) -> Generator[Any, None, None]:
     while True:
         yield from make_epoch()
 
@@ -100,11 +100,7 @@ def _torch(root: Path) -> Session:
         drop_last=True,
     )
     epochs = _endless(lambda: iter(dl))
-
-    def close() -> None:
-        del dl._iterator  # persistent workers stop with their iterator
-
-    return epochs, close
+    return epochs, epochs.close  # the workers stop when the loader is collected
 
 
 def _numpy(root: Path) -> Session:
@@ -117,7 +113,8 @@ def _numpy(root: Path) -> Session:
             idx = order[k * BATCH : (k + 1) * BATCH]
             yield {"data": images[idx], "label": labels[idx]}
 
-    return _endless(epoch), lambda: None
+    batches = _endless(epoch)
+    return batches, batches.close
 
 
 def _write_all(root: Path, images: np.ndarray, labels: np.ndarray) -> None:

@@ -15,10 +15,11 @@ from _steploader import bar_plot, interleaved, per_call, report, table
 from loaderx._sampler import Sampler as LoaderxSampler
 
 from chute import Sampler
+from chute.sampler import SamplerMode
 
 LENGTH = 1 << 20
 BATCHES = (256, 1024, 8192)
-MODES = {"sequential": 0, "iid": 1, "cyclic": 2}  # chute name -> loaderx mode code
+MODES: dict[SamplerMode, int] = {"sequential": 0, "iid": 1, "cyclic": 2}  # -> loaderx code
 SEEK_STEP = 100_000
 
 
