@@ -328,3 +328,10 @@ def test_any_chain_of_resumes_replays_the_stream(
             got += [b["y"] for b in _take(dl, stop)]
             state = json.loads(json.dumps(dl.state_dict()))
     np.testing.assert_array_equal(np.stack(got), np.stack(expected))
+
+
+def test_moving_the_sampler_directly_is_followed() -> None:
+    with DataLoader({"y": np.arange(N)}, batch_size=10, sampler="sequential") as dl:
+        next(dl)
+        dl.sampler.seek(7)
+        assert int(next(dl)["y"][0]) == 70

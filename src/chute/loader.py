@@ -181,6 +181,8 @@ class DataLoader:
         pool = self._pool
         if pool is None:
             raise RuntimeError("the DataLoader is closed")
+        if self._next_submit - len(self._pending) != self.step:  # the sampler was moved
+            self.seek(self.step)
         while len(self._pending) < self.prefetch:
             self._pending.append(pool.submit(self.batch_at, self._next_submit))
             self._next_submit += 1
