@@ -11,12 +11,14 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def interleaved(contenders: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
-    """Median of each contender's measurements, taking turns round by round so that load
-    from other processes on a shared machine falls on all of them alike."""
+    """Median of each contender's measurements, taking turns round by round (each round
+    starting with the next contender) so that load from other processes on a shared machine
+    falls on all of them alike."""
     samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, measure in contenders.items():
-            samples[name].append(measure())
+    names = list(contenders)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate who goes first
+            samples[name].append(contenders[name]())
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

@@ -1,16 +1,19 @@
 """The full input pipeline (sample, gather, collate, hand over), batch 256, end to end.
 
-Workload: 20000 images of 3x64x64 uint8 with structure and noise (mildly compressible, as
-in the store benchmark) plus an int32 label stream. Contenders, each reading what it is
-built for: chute (zstd and raw stores), loaderx 0.7.3's DataLoader (zstd and raw stores),
-torch's DataLoader over a memory-mapped .npy (2 worker processes, persistent), and a plain
-numpy loop over the same .npy. Everyone gets 2 threads or workers (this machine has 2 cores).
-Reported as ratios of batches/s; run: ``python bench/loader.py [--plot]``.
+Workload: 20000 images of 3x64x64 uint8, smooth waves plus noise (the store benchmark's
+``make_images``, from examples/demo.py), plus an int32 label stream. Contenders, each
+reading what it is built for: chute (zstd and raw stores), loaderx 0.7.3's DataLoader
+(zstd and raw stores), torch's DataLoader over a memory-mapped .npy (2 worker processes,
+persistent), and a plain numpy loop over the same .npy. Everyone gets 2 threads or workers
+(this machine has 2 cores). Reported as ratios of batches/s; run:
+``python bench/loader.py [--plot]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -24,21 +27,10 @@ from _steploader import bar_plot, interleaved, report, table
 
 import chute
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from demo import make_images  # the store benchmark's image workload
+
 N, SHAPE, BATCH, WORKERS, WARMUP = 20_000, (3, 64, 64), 256, 2, 20
-
-
-def make_images(n: int, seed: int = 0) -> np.ndarray:
-    """Smooth per-image gradients under heavy noise: structure zstd finds a little of."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0 : SHAPE[1], 0 : SHAPE[2]]
-    out = np.empty((n, *SHAPE), np.uint8)
-    for start in range(0, n, 1000):
-        k = min(1000, n - start)
-        slope = rng.uniform(0, 2, (k, SHAPE[0], 1, 1))
-        base = (x + y)[None, None] * slope
-        noise = rng.integers(0, 128, (k, *SHAPE))
-        out[start : start + k] = ((base + noise) % 256).astype(np.uint8)
-    return out
 
 
 Session = tuple[Iterator[Any], Callable[[], None]]
@@ -161,6 +153,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         root = Path(tmp)
         _write_all(root, images, labels)
+        os.sync()  # no write-back of the fresh stores during anyone's turn
         starts: dict[str, Callable[[], Session]] = {
             "chute-zstd": partial(_chute, root, "zstd"),
             "chute-raw": partial(_chute, root, "raw"),
