@@ -335,3 +335,10 @@ def test_moving_the_sampler_directly_is_followed() -> None:
         next(dl)
         dl.sampler.seek(7)
         assert int(next(dl)["y"][0]) == 70
+
+
+def test_training_loop_example_resumes_exactly() -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "train_resume.py"
+    proc = subprocess.run([sys.executable, str(example)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "40 steps identical" in proc.stdout
