@@ -116,6 +116,7 @@ class RecordStore:
         self._meta_fd = -1
         self._sums_fd = -1
         self._chunk_fds: list[int] = []
+        self._chunk_maps: Any = None
         self._meta: mmap.mmap | None = None
         self._sums_map: mmap.mmap | None = None
         self._table = np.empty(0, fmt.LOC_DTYPE)
@@ -211,6 +212,7 @@ class RecordStore:
 
     def _open_chunks(self) -> None:
         flags = os.O_RDWR if self._writable else os.O_RDONLY
+        known = len(self._chunk_fds)
         while len(self._chunk_fds) <= self._tail_chunk:
             c = len(self._chunk_fds)
             try:
@@ -225,6 +227,8 @@ class RecordStore:
             size = os.fstat(fd).st_size
             self._limits[c] = min(size, fmt.CHUNK_LIMIT)
         self._limits[self._tail_chunk] = min(int(self._limits[self._tail_chunk]), self._tail_offset)
+        if self._chunk_maps is None or known != len(self._chunk_fds):
+            self._chunk_maps = _native.map_chunks(self._chunk_fds)
 
     def _open_dict(self) -> None:
         path = self._path / fmt.DICT_FILE
@@ -444,7 +448,7 @@ class RecordStore:
             code, pos, detail, unchecked = _native.gather(
                 self._table[: self._length],
                 self._limits,
-                self._chunk_fds,
+                self._chunk_maps,
                 idx,
                 dst,
                 stride,
@@ -503,7 +507,6 @@ class RecordStore:
                 f"decodes to {detail} bytes, but the table says {loc['logic_length']} "
                 f"(stored {loc['phys_length']})"
             ),
-            _GE_IO: f"could not be read (errno {detail}): its chunk file ends early",
         }
         return CorruptStoreError(f"{where} {messages.get(code, f'failed (code {code})')}", index)
 
@@ -610,6 +613,7 @@ class RecordStore:
             path = self._path / fmt.chunk_file(c)
             self._chunk_fds.append(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
             self._limits = np.append(self._limits, np.uint64(0))
+            self._chunk_maps = _native.map_chunks(self._chunk_fds)
         return self._chunk_fds[chunk]
 
     def _ensure_capacity(self, needed: int) -> None:
@@ -720,6 +724,7 @@ class RecordStore:
             os.close(self._chunk_fds.pop())
             (self._path / fmt.chunk_file(c)).unlink()
         self._limits = self._limits[: end[0] + 1]
+        self._chunk_maps = _native.map_chunks(self._chunk_fds)
         os.ftruncate(self._chunk_fds[end[0]], end[1])
         fsync_dir(self._path)
         return before - self._used_bytes()
@@ -831,7 +836,7 @@ class RecordStore:
         """Release files and mappings; the store can no longer be used. Idempotent."""
         self._closed = True
         self._sums = None
-        self._ddict = self._cdict = None
+        self._ddict = self._cdict = self._chunk_maps = None
         if self._sums_map is not None:
             _release(self._sums_map)
             self._sums_map = None
@@ -862,8 +867,8 @@ _NO_STATE = (0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF)  # matches no real header
 # Error codes of chute._native.gather (gather.h).
 (
     _GE_INDEX, _GE_CHUNK, _GE_BOUNDS, _GE_TOO_LARGE, _GE_CODEC, _GE_NO_DICT,
-    _GE_DECODE, _GE_LENGTH, _GE_IO, _GE_DST, _GE_CHECKSUM, _GE_NOMEM, _GE_TABLE,
-) = range(1, 14)  # fmt: skip
+    _GE_DECODE, _GE_LENGTH, _GE_DST, _GE_CHECKSUM, _GE_NOMEM, _GE_TABLE,
+) = range(1, 13)  # fmt: skip
 
 
 def _place(
