@@ -215,6 +215,17 @@ static void compress_shard(void *p, size_t begin, size_t end, size_t shard) {
             return;
         }
     }
+    if (a->codec == CODEC_ZSTD_DICT) {
+        /* A large dictionary's tables cost more to copy into the context than a small record
+         * costs to compress: then use them in place ("attach"). */
+        ZSTD_CCtx_reset(t->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
+        if (a->attach_dict)
+            ZSTD_CCtx_setParameter(t->cctx, ZSTD_C_FORCE_ATTACH_DICT, ZSTD_DICT_FORCE_ATTACH);
+        if (ZSTD_isError(ZSTD_CCtx_refCDict(t->cctx, a->cdict))) {
+            job->nomem[shard] = 1;
+            return;
+        }
+    }
     for (size_t i = begin; i < end; i++) {
         const uint8_t *src = a->src + a->src_off[i];
         size_t len = (size_t)a->src_len[i];
@@ -223,9 +234,8 @@ static void compress_shard(void *p, size_t begin, size_t end, size_t shard) {
         size_t r = (size_t)-1;
         if (a->codec != CODEC_RAW && len > 0) {
             size_t cap = slot_capacity(len, a->codec);
-            r = a->codec == CODEC_ZSTD_DICT
-                    ? ZSTD_compress_usingCDict(t->cctx, out, cap, src, len, a->cdict)
-                    : ZSTD_compressCCtx(t->cctx, out, cap, src, len, a->level);
+            r = a->codec == CODEC_ZSTD_DICT ? ZSTD_compress2(t->cctx, out, cap, src, len)
+                                            : ZSTD_compressCCtx(t->cctx, out, cap, src, len, a->level);
         }
         if (ZSTD_isError(r) || r >= len) { /* did not shrink: store as is */
             memcpy(out, src, len);
