@@ -72,14 +72,15 @@ class Contender:
     suffix: str = ".zr"
 
 
-def chute_contender(codec: str, verify: bool = False) -> Contender:
+def chute_contender(codec: str, verify: bool = False, dict_size: int | None = None) -> Contender:
     def write(path: Path, a: np.ndarray) -> None:
-        chute.write_dataset(path, a, codec=codec, progress=False).close()
+        chute.write_dataset(path, a, codec=codec, dict_size=dict_size, progress=False).close()
 
     def open_(path: Path, like: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         return chute.Dataset(path, verify=verify).__getitems__
 
     label = f"chute-{codec}" + ("+verify" if verify else "")
+    label += f"-{dict_size >> 10}KiB" if dict_size else ""
     return Contender(label, write, open_)
 
 
@@ -250,6 +251,7 @@ def main() -> None:
         chute_contender("zstd"),
         chute_contender("zstd", verify=True),
         chute_contender("zstd_dict"),
+        chute_contender("zstd_dict", dict_size=1 << 20),
         *filter(None, [loaderx_contender(c) for c in ("raw", "zstd", "zstd_dict")]),
         npy_contender(),
         *filter(None, [lmdb_contender(), h5py_contender()]),
@@ -313,6 +315,12 @@ def main() -> None:
         ratio(g("chute-zstd_dict"), g("loaderx-zstd_dict"), "gather"),
         ">= 2x",
     )
+    for key in ("write", "gather"):
+        check(
+            f"zstd_dict {key} vs loaderx, both ~1 MiB dictionaries",
+            ratio(g("chute-zstd_dict-1024KiB"), g("loaderx-zstd_dict"), key),
+            "(like for like)",
+        )
     check(
         "batch-1 read vs npy-mmap (time, lower is better)",
         ratio(g("chute-zstd"), g("npy-mmap"), "single_us"),

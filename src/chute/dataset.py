@@ -71,7 +71,7 @@ def write_dataset(
     with RecordStore(path, mode="w", codec=c, level=level) as store:
         write_schema(path, {"dtype": dtype.str, "shape": list(shape[1:]), "codec": codec_name(c)})
         if c is Codec.ZSTD_DICT:
-            picks = sample_rows(n, row_bytes)
+            picks = sample_rows(n, row_bytes, dict_size)
             store.train_dict(_rows_as_bytes(np.asarray(array[picks]), len(picks)), dict_size)
         with tqdm(
             total=total, unit="B", unit_scale=True, disable=not show, file=sys.stderr,

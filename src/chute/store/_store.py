@@ -687,7 +687,7 @@ class RecordStore:
             raise StoreError(f"{self._path} already has a dictionary (dict.zr)")
         if isinstance(samples, np.ndarray) and samples.ndim == 2:
             rows = np.ascontiguousarray(samples).view(np.uint8).reshape(len(samples), -1)
-            pick = rows[sample_rows(len(rows), rows.shape[1])]
+            pick = rows[sample_rows(len(rows), rows.shape[1], dict_size)]
             data, lens = pick.reshape(-1), np.full(len(pick), pick.shape[1], np.uint64)
         else:
             data, lens = _concat(samples)
