@@ -375,10 +375,12 @@ class RecordStore:
 
     def _as_indices(self, indices: IndexLike) -> npt.NDArray[np.int64]:
         arr = np.asarray(indices)
-        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        if arr.dtype.kind not in "iu":  # bool is kind "b": not an index here
             if arr.size == 0:
                 return np.empty(0, np.int64)
             raise TypeError(f"record indices must be integers, got {arr.dtype}")
+        if arr.dtype == np.int64 and arr.ndim == 1 and arr.flags.c_contiguous:
+            return arr
         return np.ascontiguousarray(arr.reshape(-1), dtype=np.int64)
 
     def lengths(self, indices: IndexLike) -> npt.NDArray[np.uint32]:
