@@ -19,12 +19,14 @@ Crash-safety order, for every mutation (the one place it is argued):
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import os
+import threading
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +60,23 @@ IndexLike = int | Sequence[int] | npt.NDArray[np.integer[Any]]
 _PAGE = mmap.PAGESIZE
 _MIN_CAPACITY = 1024
 _APPEND_SLICE = 64 << 20  # source bytes compressed and written per step
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _locked(
+    method: Callable[Concatenate[RecordStore, _P], _R],
+) -> Callable[Concatenate[RecordStore, _P], _R]:
+    """Serialise a method that changes the handle's state, so threads may share a store."""
+
+    def wrapper(self: RecordStore, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    functools.update_wrapper(wrapper, method)
+    return wrapper
 
 
 def default_threads() -> int:
@@ -113,6 +132,7 @@ class RecordStore:
         self._threads = threads if threads and threads > 0 else default_threads()
         self._durable = durable
         self._closed = True
+        self._lock = threading.RLock()
         self._meta_fd = -1
         self._sums_fd = -1
         self._chunk_fds: list[int] = []
@@ -345,6 +365,7 @@ class RecordStore:
             self.refresh()
         return self._length
 
+    @_locked
     def refresh(self) -> int:
         """See records a writer committed since this reader opened; returns the length."""
         self._check_open()
@@ -528,6 +549,7 @@ class RecordStore:
         data, lengths = _concat(records)
         return self.append_packed(data, lengths, codec)
 
+    @_locked
     def append_packed(
         self,
         data: npt.NDArray[Any],
@@ -650,6 +672,7 @@ class RecordStore:
             self._limits[c] = min(os.fstat(self._chunk_fds[c]).st_size, fmt.CHUNK_LIMIT)
         self._limits[tail_chunk] = tail_offset
 
+    @_locked
     def delete(self, indices: IndexLike) -> None:
         """Remove records, keeping the index space dense: the last record fills each hole.
 
@@ -674,6 +697,7 @@ class RecordStore:
         if self._durable:
             self.sync()
 
+    @_locked
     def train_dict(
         self,
         samples: Iterable[bytes | npt.NDArray[Any]] | npt.NDArray[Any],
@@ -700,6 +724,7 @@ class RecordStore:
         self._cdict = None
         return len(dictionary)
 
+    @_locked
     def compact(self) -> int:
         """Reclaim the bytes deleted records left behind, in place; returns bytes freed.
 
@@ -834,6 +859,7 @@ class RecordStore:
             if self._sums_map is not None:
                 self._sums_map.flush()
 
+    @_locked
     def close(self) -> None:
         """Release files and mappings; the store can no longer be used. Idempotent."""
         self._closed = True
