@@ -1,7 +1,7 @@
 """The full input pipeline (sample, gather, collate, hand over), batch 256, end to end.
 
-Workload: 20000 images of 3x64x64 uint8, smooth waves plus noise (the store benchmark's
-``make_images``, from examples/demo.py), plus an int32 label stream. Contenders, each
+Workload: 20000 images of 3x64x64 uint8, smooth ramps plus noise (the store benchmark's
+``structured``, from bench/store.py), plus an int32 label stream. Contenders, each
 reading what it is built for: chute (zstd and raw stores), loaderx 0.7.3's DataLoader
 (zstd and raw stores), torch's DataLoader over a memory-mapped .npy (2 worker processes,
 persistent), and a plain numpy loop over the same .npy. Everyone gets 2 threads or workers
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -24,11 +23,9 @@ from typing import Any
 import loaderx
 import numpy as np
 from _steploader import bar_plot, interleaved, report, table
+from store import structured  # the store benchmark's workload
 
 import chute
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from demo import make_images  # the store benchmark's image workload
 
 N, SHAPE, BATCH, WORKERS, WARMUP = 20_000, (3, 64, 64), 256, 2, 20
 
@@ -148,7 +145,7 @@ def main() -> None:
     parser.add_argument("--plot", action="store_true", help="write bench/results/loader.png")
     parser.add_argument("--workdir", default=None, help="where to write the data (temp dir)")
     args = parser.parse_args()
-    images = make_images(N)
+    images = structured(N)
     labels = np.random.default_rng(1).integers(0, 1000, N).astype(np.int32)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         root = Path(tmp)

@@ -7,7 +7,7 @@ _Buffer = Any
 def gather(
     table: _Buffer,
     limits: _Buffer,
-    fds: Sequence[int],
+    chunks: Any,
     idx: _Buffer,
     dst: _Buffer,
     stride: int,
@@ -17,6 +17,7 @@ def gather(
     strict: bool,
     threads: int,
 ) -> tuple[int, int, int, int]: ...
+def map_chunks(fds: Sequence[int]) -> Any: ...
 def compress(
     src: _Buffer,
     offsets: _Buffer,

@@ -19,12 +19,14 @@ Crash-safety order, for every mutation (the one place it is argued):
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import os
+import threading
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +60,23 @@ IndexLike = int | Sequence[int] | npt.NDArray[np.integer[Any]]
 _PAGE = mmap.PAGESIZE
 _MIN_CAPACITY = 1024
 _APPEND_SLICE = 64 << 20  # source bytes compressed and written per step
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _locked(
+    method: Callable[Concatenate[RecordStore, _P], _R],
+) -> Callable[Concatenate[RecordStore, _P], _R]:
+    """Serialise a method that changes the handle's state, so threads may share a store."""
+
+    def wrapper(self: RecordStore, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    functools.update_wrapper(wrapper, method)
+    return wrapper
 
 
 def default_threads() -> int:
@@ -113,9 +132,11 @@ class RecordStore:
         self._threads = threads if threads and threads > 0 else default_threads()
         self._durable = durable
         self._closed = True
+        self._lock = threading.RLock()
         self._meta_fd = -1
         self._sums_fd = -1
         self._chunk_fds: list[int] = []
+        self._chunk_maps: Any = None
         self._meta: mmap.mmap | None = None
         self._sums_map: mmap.mmap | None = None
         self._table = np.empty(0, fmt.LOC_DTYPE)
@@ -211,6 +232,7 @@ class RecordStore:
 
     def _open_chunks(self) -> None:
         flags = os.O_RDWR if self._writable else os.O_RDONLY
+        known = len(self._chunk_fds)
         while len(self._chunk_fds) <= self._tail_chunk:
             c = len(self._chunk_fds)
             try:
@@ -225,6 +247,8 @@ class RecordStore:
             size = os.fstat(fd).st_size
             self._limits[c] = min(size, fmt.CHUNK_LIMIT)
         self._limits[self._tail_chunk] = min(int(self._limits[self._tail_chunk]), self._tail_offset)
+        if self._chunk_maps is None or known != len(self._chunk_fds):
+            self._chunk_maps = _native.map_chunks(self._chunk_fds)
 
     def _open_dict(self) -> None:
         path = self._path / fmt.DICT_FILE
@@ -341,6 +365,7 @@ class RecordStore:
             self.refresh()
         return self._length
 
+    @_locked
     def refresh(self) -> int:
         """See records a writer committed since this reader opened; returns the length."""
         self._check_open()
@@ -371,10 +396,12 @@ class RecordStore:
 
     def _as_indices(self, indices: IndexLike) -> npt.NDArray[np.int64]:
         arr = np.asarray(indices)
-        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        if arr.dtype.kind not in "iu":  # bool is kind "b": not an index here
             if arr.size == 0:
                 return np.empty(0, np.int64)
             raise TypeError(f"record indices must be integers, got {arr.dtype}")
+        if arr.dtype == np.int64 and arr.ndim == 1 and arr.flags.c_contiguous:
+            return arr
         return np.ascontiguousarray(arr.reshape(-1), dtype=np.int64)
 
     def lengths(self, indices: IndexLike) -> npt.NDArray[np.uint32]:
@@ -444,7 +471,7 @@ class RecordStore:
             code, pos, detail, unchecked = _native.gather(
                 self._table[: self._length],
                 self._limits,
-                self._chunk_fds,
+                self._chunk_maps,
                 idx,
                 dst,
                 stride,
@@ -503,7 +530,6 @@ class RecordStore:
                 f"decodes to {detail} bytes, but the table says {loc['logic_length']} "
                 f"(stored {loc['phys_length']})"
             ),
-            _GE_IO: f"could not be read (errno {detail}): its chunk file ends early",
         }
         return CorruptStoreError(f"{where} {messages.get(code, f'failed (code {code})')}", index)
 
@@ -523,6 +549,7 @@ class RecordStore:
         data, lengths = _concat(records)
         return self.append_packed(data, lengths, codec)
 
+    @_locked
     def append_packed(
         self,
         data: npt.NDArray[Any],
@@ -610,6 +637,7 @@ class RecordStore:
             path = self._path / fmt.chunk_file(c)
             self._chunk_fds.append(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
             self._limits = np.append(self._limits, np.uint64(0))
+            self._chunk_maps = _native.map_chunks(self._chunk_fds)
         return self._chunk_fds[chunk]
 
     def _ensure_capacity(self, needed: int) -> None:
@@ -644,6 +672,7 @@ class RecordStore:
             self._limits[c] = min(os.fstat(self._chunk_fds[c]).st_size, fmt.CHUNK_LIMIT)
         self._limits[tail_chunk] = tail_offset
 
+    @_locked
     def delete(self, indices: IndexLike) -> None:
         """Remove records, keeping the index space dense: the last record fills each hole.
 
@@ -668,6 +697,7 @@ class RecordStore:
         if self._durable:
             self.sync()
 
+    @_locked
     def train_dict(
         self,
         samples: Iterable[bytes | npt.NDArray[Any]] | npt.NDArray[Any],
@@ -683,7 +713,7 @@ class RecordStore:
             raise StoreError(f"{self._path} already has a dictionary (dict.zr)")
         if isinstance(samples, np.ndarray) and samples.ndim == 2:
             rows = np.ascontiguousarray(samples).view(np.uint8).reshape(len(samples), -1)
-            pick = rows[sample_rows(len(rows), rows.shape[1])]
+            pick = rows[sample_rows(len(rows), rows.shape[1], dict_size)]
             data, lens = pick.reshape(-1), np.full(len(pick), pick.shape[1], np.uint64)
         else:
             data, lens = _concat(samples)
@@ -694,6 +724,7 @@ class RecordStore:
         self._cdict = None
         return len(dictionary)
 
+    @_locked
     def compact(self) -> int:
         """Reclaim the bytes deleted records left behind, in place; returns bytes freed.
 
@@ -720,6 +751,7 @@ class RecordStore:
             os.close(self._chunk_fds.pop())
             (self._path / fmt.chunk_file(c)).unlink()
         self._limits = self._limits[: end[0] + 1]
+        self._chunk_maps = _native.map_chunks(self._chunk_fds)
         os.ftruncate(self._chunk_fds[end[0]], end[1])
         fsync_dir(self._path)
         return before - self._used_bytes()
@@ -827,11 +859,12 @@ class RecordStore:
             if self._sums_map is not None:
                 self._sums_map.flush()
 
+    @_locked
     def close(self) -> None:
         """Release files and mappings; the store can no longer be used. Idempotent."""
         self._closed = True
         self._sums = None
-        self._ddict = self._cdict = None
+        self._ddict = self._cdict = self._chunk_maps = None
         if self._sums_map is not None:
             _release(self._sums_map)
             self._sums_map = None
@@ -862,8 +895,8 @@ _NO_STATE = (0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF)  # matches no real header
 # Error codes of chute._native.gather (gather.h).
 (
     _GE_INDEX, _GE_CHUNK, _GE_BOUNDS, _GE_TOO_LARGE, _GE_CODEC, _GE_NO_DICT,
-    _GE_DECODE, _GE_LENGTH, _GE_IO, _GE_DST, _GE_CHECKSUM, _GE_NOMEM, _GE_TABLE,
-) = range(1, 14)  # fmt: skip
+    _GE_DECODE, _GE_LENGTH, _GE_DST, _GE_CHECKSUM, _GE_NOMEM, _GE_TABLE,
+) = range(1, 13)  # fmt: skip
 
 
 def _place(
