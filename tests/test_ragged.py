@@ -222,3 +222,17 @@ def test_interrupted_write_leaves_a_store_that_opens(tmp_path: Path) -> None:
     ds = RaggedDataset(tmp_path / "r.zr")
     assert 0 < len(ds) < 25
     _check_packed(ds[list(range(len(ds)))], seqs[: len(ds)])
+
+
+def test_loader_reads_loaderx_datasets_as_streams(tmp_path: Path) -> None:
+    seqs = _seqs(12)
+    loaderx.write_ragged(str(tmp_path / "t.zr"), seqs)
+    loaderx.write_dataset(str(tmp_path / "y.zr"), np.arange(12, dtype=np.int32))
+    streams = {
+        "tokens": loaderx.RaggedDataset(str(tmp_path / "t.zr")),
+        "label": loaderx.Dataset(str(tmp_path / "y.zr")),
+    }
+    with DataLoader(streams, batch_size=4, sampler="sequential") as dl:
+        batch = next(dl)
+    assert batch["label"].tolist() == [0, 1, 2, 3]
+    _check_packed(batch["tokens"], seqs[:4])
