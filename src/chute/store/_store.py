@@ -758,32 +758,41 @@ class RecordStore:
         self._stamp_sums(in_step=False)
         for k in np.flatnonzero(moved).tolist():
             self._move(int(order[k]), int(new_chunk[k]), int(new_off[k]), bool(overlap[k]), bounce)
-        for fd in self._chunk_fds:
-            os.fdatasync(fd)
         self.sync()
         self._commit(end[0], end[1], self._length)
         for c in range(len(self._chunk_fds) - 1, end[0], -1):
             os.close(self._chunk_fds.pop())
             (self._path / fmt.chunk_file(c)).unlink()
-        self._limits = self._limits[: end[0] + 1]
+        # Every chunk now ends where its packed records end (earlier chunks keep the slack
+        # of a record that did not fit): cut the files there.
+        ends = np.zeros(end[0] + 1, np.uint64)
+        np.maximum.at(ends, new_chunk, new_off.astype(np.uint64) + phys)
+        ends[end[0]] = end[1]
+        for c, fd in enumerate(self._chunk_fds):
+            if os.fstat(fd).st_size > int(ends[c]):
+                os.ftruncate(fd, int(ends[c]))
         self._chunk_maps = _native.map_chunks(self._chunk_fds)
-        os.ftruncate(self._chunk_fds[end[0]], end[1])
+        self._limits = self._chunk_limits(end[0], end[1])
         fsync_dir(self._path)
         return before - self._used_bytes()
 
-    def _reserve_bounce(self, size: int) -> int:
+    def _reserve_bounce(self, size: int) -> tuple[int, int]:
         """Commit ``size`` spare bytes past the frontier, where a record whose new place
-        overlaps its old bytes waits while it moves. Returns their offset in the tail chunk."""
-        start = self._tail_offset
+        overlaps its old bytes waits while it moves; a fresh chunk if the last one is full.
+        Returns the area's (chunk, offset)."""
+        chunk, start = self._tail_chunk, self._tail_offset
         if size == 0:
-            return start
+            return chunk, start
         if start + size > fmt.CHUNK_LIMIT:
-            raise StoreError("compaction needs up to 1 MiB of room in the last chunk")
-        os.ftruncate(self._chunk_fds[self._tail_chunk], start + size)
-        self._commit(self._tail_chunk, start + size, self._length)
-        return start
+            chunk, start = chunk + 1, 0
+            self._chunk_fd_for_write(chunk)
+        os.ftruncate(self._chunk_fds[chunk], start + size)
+        self._commit(chunk, start + size, self._length)
+        return chunk, start
 
-    def _move(self, index: int, chunk: int, offset: int, overlap: bool, bounce: int) -> None:
+    def _move(
+        self, index: int, chunk: int, offset: int, overlap: bool, bounce: tuple[int, int]
+    ) -> None:
         loc = self._table[index]
         size, old_chunk, old_off = int(loc["phys_length"]), int(loc["chunk_id"]), int(loc["offset"])
         try:
@@ -793,8 +802,8 @@ class RecordStore:
                 f"{self._path}: record {index} lies past the end of chunk {old_chunk}", index
             ) from None
         if overlap:
-            pwrite_all(self._chunk_fds[self._tail_chunk], data, bounce)
-            self._relocate(index, self._tail_chunk, bounce)
+            pwrite_all(self._chunk_fds[bounce[0]], data, bounce[1])
+            self._relocate(index, *bounce)
         pwrite_all(self._chunk_fds[chunk], data, offset)
         self._relocate(index, chunk, offset)
 
