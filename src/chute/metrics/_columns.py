@@ -222,9 +222,14 @@ class ColumnStore:
 
     # -- finishing -------------------------------------------------------------------------
     def optimize(self) -> None:
-        """Tighten integer dtypes, compress step ranges, flag monotonic columns, set run_rows."""
+        """Tighten integer dtypes, compress step ranges, flag monotonic columns, set run_rows.
+
+        New files are written before the manifest switches to them, and replaced files
+        are deleted after, so a concurrent reader always finds what the manifest names.
+        """
         self.close_files()
-        run_rows = 0
+        run_rows, obsolete = 0, []
+        entries: dict[str, dict[str, Any]] = {}
         for name, col in self.cols.items():
             values = self._read_values(name, col.code)[: col.rows]
             steps = _read_u4(self._path(F.index_file(name)))[: col.rows]
@@ -233,7 +238,7 @@ class ColumnStore:
                 tight = tightest_int(int(values.min()), int(values.max()))
                 if tight != col.code:
                     F.atomic_write(self._path(F.value_file(name, tight)), _raw(tight, values))
-                    os.unlink(self._path(F.value_file(name, col.code)))
+                    obsolete.append(F.value_file(name, col.code))
                     col.code = entry["dtype"] = tight
             if col.code != F.JSONL and col.rows:
                 mono = _monotonic(values)
@@ -242,10 +247,14 @@ class ColumnStore:
             segs = F.steps_to_segments(steps)
             if segs is not None:
                 entry["indices"] = segs
-                os.unlink(self._path(F.index_file(name)))
-            self.manifest[name] = entry
+                obsolete.append(F.index_file(name))
+            entries[name] = entry
             run_rows = max(run_rows, col.rows)
+        with self.mlock:
+            self.manifest.update(entries)
         self.flush_manifest(run_rows=run_rows)
+        for rel in obsolete:
+            os.unlink(self._path(rel))
 
     def close_files(self) -> None:
         """Close every cached descriptor."""

@@ -20,6 +20,7 @@ from ._source import DirSource, Source, ZipSource
 T = TypeVar("T")
 DTypeArg = str | np.dtype[Any] | type
 _EMPTY_STEPS = np.zeros(0, F.INDEX_DTYPE)
+_RETRIES = 5
 
 
 def resolve_run_dir(path: str | os.PathLike[str]) -> str | None:
@@ -108,6 +109,7 @@ class Reader:
     # -- metadata ----------------------------------------------------------------------------
     def _raw_manifest(self) -> dict[str, Any]:
         if self._manifest is None:
+            self._hot_cols()  # hot rows are snapshotted before the manifest that may absorb them
             data = self._src.read(F.MANIFEST)
             self._manifest = F.load_manifest(data) if data else {}
         return self._manifest
@@ -249,23 +251,25 @@ class Reader:
     # -- internals ---------------------------------------------------------------------------
     def _retry(self, fn: Callable[[], T]) -> T:
         """Run a read; if a live writer moved a file under it, refresh and run it again."""
-        try:
-            return fn()
-        except (FileNotFoundError, _Stale):
-            if not self._src.live:
-                raise
-            self.refresh()
-            return fn()
+        for _ in range(_RETRIES):
+            try:
+                return fn()
+            except (FileNotFoundError, _Stale):
+                if not self._src.live:
+                    raise
+                self.refresh()
+        return fn()
 
     def _entry(self, name: str) -> tuple[str, dict[str, Any] | None]:
         m = self._raw_manifest()
+        hot_cols = self._hot_cols()
         entry = m.get(name) if name not in F.META_KEYS else None
         if isinstance(entry, dict):
             code = entry.get("dtype")
             if code not in F.DTYPE_CODES:
                 raise ValueError(f"metric {name!r} has unknown dtype {code!r}")
             return str(code), entry
-        hot = self._hot_cols().get(name)
+        hot = hot_cols.get(name)
         if hot:
             return natural_code(hot[1][0]), None
         raise KeyError(f"unknown metric {name!r} in run {self._path}")
@@ -274,11 +278,10 @@ class Reader:
         if self._exclude_hot:
             return {}
         if self._hot is None:
-            rows = []
-            for rel in (F.HOT_COMPACTING, F.HOT):
-                data = self._src.read(rel)
-                if data:
-                    rows.extend(parse_rows(data))
+            # Newest first: a row leaves hot.jsonl only for hot.compacting.jsonl, and leaves
+            # that only once it is in the columns, which are read after this.
+            hot = parse_rows(self._src.read(F.HOT) or b"")
+            rows = parse_rows(self._src.read(F.HOT_COMPACTING) or b"") + hot
             cols: dict[str, tuple[list[int], list[Any]]] = {}
             for step, row in rows:
                 for k, v in row.items():
@@ -320,8 +323,11 @@ class Reader:
         if code == F.JSONL:
             return len(self._jsonl_values(name))
         size = self._src.size(F.value_file(name, code))
-        if size is None and self._src.live and name in self._raw_manifest():
-            raise _Stale
+        if size is None and self._src.live:
+            # Absent: not written yet, or a writer just widened it under our cached manifest.
+            fresh = F.load_manifest(self._src.read(F.MANIFEST) or b"{}").get(name)
+            if isinstance(fresh, dict) and fresh.get("dtype") != code:
+                raise _Stale
         return (size or 0) // F.NUMERIC_DTYPES[code].itemsize
 
     def _col_extent(
@@ -344,7 +350,10 @@ class Reader:
             return np.zeros(0, object if code == F.JSONL else F.NUMERIC_DTYPES[code])
         if code == F.JSONL:
             return _objects(self._jsonl_values(name)[i0:i1])
-        return self._src.array(F.value_file(name, code), F.NUMERIC_DTYPES[code], i0, i1 - i0)
+        out = self._src.array(F.value_file(name, code), F.NUMERIC_DTYPES[code], i0, i1 - i0)
+        if len(out) < i1 - i0:
+            raise _Stale  # the file shrank since it was sized: a writer is rewriting it
+        return out
 
     def _read(
         self, name: str, sel: Selection
@@ -405,7 +414,7 @@ class Reader:
         return min(nvals, nidx), step_at
 
 
-class _Stale(Exception):
+class _Stale(RuntimeError):
     """The cached manifest no longer matches the files (a live writer changed a dtype)."""
 
 
