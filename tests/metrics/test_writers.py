@@ -14,7 +14,7 @@ from chute.metrics import BulkWriter, CompactingWriter, DirectWriter, Reader, Wr
 WRITERS = {
     "direct": lambda p, **kw: DirectWriter(p, **kw),
     "compacting": lambda p, **kw: CompactingWriter(p, hotsize=3, **kw),
-    "bulk": lambda p, **kw: BulkWriter(p, **{k: v for k, v in kw.items() if k != "allow_resume_finalized"}),
+    "bulk": lambda p, **kw: BulkWriter(p, **kw),
 }
 
 
