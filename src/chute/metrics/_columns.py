@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _format as F
-from ._dtypes import PACK, Value, capture, fits, resolve, tightest_int
+from ._dtypes import PACK, Value, capture, fits, resolve, text, tightest_int
 from ._hot import read_rows
 
 _MAX_OPEN_FILES = 128
@@ -33,11 +33,11 @@ class Column:
 def encode_values(code: str, values: Sequence[Value]) -> bytes:
     """On-disk bytes of `values` stored as `code`."""
     if code == F.JSONL:
-        return "".join(v.json + "\n" for v in values).encode()
-    pack = PACK[code].pack
-    if code[0] == "f":
-        return b"".join(pack(float(v.num)) for v in values)  # type: ignore[arg-type]
-    return b"".join(pack(v.num) for v in values)
+        return "".join([text(v) + "\n" for v in values]).encode()
+    if len(values) == 1:
+        num = values[0].num
+        return PACK[code].pack(float(num) if code[0] == "f" else num)  # type: ignore[arg-type]
+    return np.array([v.num for v in values], dtype=F.NUMERIC_DTYPES[code]).tobytes()
 
 
 class ColumnStore:

@@ -43,6 +43,7 @@ class CompactingWriter(StreamingWriter):
         self._bg_error: BaseException | None = None
         self._hot_fd: int | None = None
         self._partial_flushed = False
+        self._new: list[str] = []  # metrics of the pending row that have no column yet
         super().__init__(outdir, step, config, allow_resume_finalized)
         self._hot_path = os.path.join(self._pdir, F.HOT)
 
@@ -60,22 +61,26 @@ class CompactingWriter(StreamingWriter):
             self._partial_flushed = True
 
     def _apply(self, checked: list[tuple[str, Value, str]]) -> None:
+        cols, row = self._store.cols, self._row
         for name, val, _code in checked:
-            self._row[name] = val
+            row[name] = val
+            if name not in cols:
+                self._new.append(name)
 
     def end_step(self) -> None:
         """Append the step's row to the hot log and advance; may start a background batch."""
         self._check_open()
         self._raise_background_error()
         if self._row:
-            self._register_new()
+            if self._new:
+                self._register_new()
             row = list(self._row.items())
             self._row = {}
             self._pending.append((self._step, row))
             if self._partial_flushed:
                 self._rewrite_hot()
             else:
-                os.write(self._hot(), encode_row(self._step, ((n, v.json) for n, v in row)))
+                os.write(self._hot(), encode_row(self._step, row))
         self._partial_flushed = False
         self._step += 1
         self._maybe_compact()
@@ -95,17 +100,18 @@ class CompactingWriter(StreamingWriter):
         rows = self._pending
         if self._row:
             rows = [*rows, (self._step, list(self._row.items()))]
-        data = b"".join(encode_row(s, ((n, v.json) for n, v in r)) for s, r in rows)
+        data = b"".join(encode_row(s, r) for s, r in rows)
         self._close_hot()
         F.atomic_write(self._hot_path, data)
 
     def _register_new(self) -> None:
         """Give metrics first seen this step their (empty) columns and manifest entries."""
-        new = [n for n in self._row if n not in self._store.cols]
+        new = [n for n in self._new if n not in self._store.cols]
         for name in new:
             self._store.add(name, self._schema.metas[name].code)
         if new:
             self._store.flush_manifest()
+        self._new = []
 
     # -- compaction ----------------------------------------------------------------------------
     def _maybe_compact(self) -> None:

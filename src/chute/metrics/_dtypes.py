@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 import struct
-from dataclasses import dataclass
-from typing import Any
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,14 +23,21 @@ _STRUCT_CODES = {
 PACK = {c: struct.Struct("<" + _STRUCT_CODES[c]) for c in NUMERIC_DTYPES}
 
 
-@dataclass(frozen=True, slots=True)
-class Value:
-    """One logged measurement, captured at `write()` time."""
+class Value(NamedTuple):
+    """One logged measurement, captured at `write()` time (a tuple: cheap to build)."""
 
     code: str  # the dtype this value alone asks for
     num: int | float | None  # Python number for numeric codes, None for JSON values
-    json: str  # JSON text, also used for the hot log
+    json: str | None  # JSON text; None for a Python float until `text()` needs it
     explicit: bool  # typed by NumPy (taken as-is) rather than a Python number
+
+
+def text(val: Value) -> str:
+    """JSON text of a captured value (for the hot log and JSONL columns)."""
+    if val.json is not None:
+        return val.json
+    assert isinstance(val.num, float)
+    return float_json(val.num)
 
 
 def _json_default(obj: object) -> object:
@@ -55,6 +62,13 @@ def _int_code(v: int) -> str:
 
 def capture(value: object) -> Value:
     """Classify and freeze one value following the auto-dtype rules."""
+    t = type(value)
+    if t is float:
+        return Value("f32", value, None, False)  # type: ignore[arg-type]
+    if t is str:
+        return Value(JSONL, None, encode_basestring_ascii(value), False)  # type: ignore[arg-type]
+    if t is int:
+        return Value(_int_code(value), value, str(value), False)  # type: ignore[arg-type]
     if isinstance(value, (np.generic, np.ndarray)) or hasattr(value, "__array__"):
         return _capture_array(np.asarray(value))
     if isinstance(value, bool):
@@ -62,7 +76,7 @@ def capture(value: object) -> Value:
     if isinstance(value, int):
         return Value(_int_code(value), int(value), str(int(value)), False)
     if isinstance(value, float):
-        return Value("f32", float(value), _float_json(value), False)
+        return Value("f32", float(value), float_json(float(value)), False)
     return Value(JSONL, None, _to_json(value), False)
 
 
@@ -78,15 +92,20 @@ def _capture_array(arr: np.ndarray[Any, Any]) -> Value:
         if code is None:
             raise TypeError(f"dtype {arr.dtype} is not supported (f32, f64, 8-64 bit ints only)")
         num = arr.item()
-        text = str(num) if kind in "iu" else _float_json(float(num))
+        text = str(num) if kind in "iu" else float_json(float(num))
         return Value(code, num, text, True)
     if kind in "USO":
         return Value(JSONL, None, _to_json(arr.item()), True)
     raise TypeError(f"dtype {arr.dtype} is not supported")
 
 
-def _float_json(v: float) -> str:
-    return json.dumps(v)
+_NONFINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def float_json(v: float) -> str:
+    """JSON text of a float, with Python's NaN/Infinity literals (as `json.dumps` writes)."""
+    text = repr(v)
+    return _NONFINITE.get(text, text)
 
 
 def _is_int(code: str) -> bool:
@@ -122,15 +141,15 @@ def resolve(cur: str | None, val: Value, lo: int = 0, hi: int = 0) -> str:
     code = val.code
     if cur is None:
         if code == "f32" and not val.explicit:
-            _check_f32(val.num)
+            check_f32(val.num)
         return code
     if cur == JSONL:
         return JSONL
     if code == JSONL:
-        raise TypeError(f"a non-numeric value ({val.json[:40]}) cannot join a {cur} metric")
+        raise TypeError(f"a non-numeric value ({text(val)[:40]}) cannot join a {cur} metric")
     if _is_int(cur):
         if not _is_int(code):
-            raise TypeError(f"float value {val.json} cannot join integer ({cur}) metric")
+            raise TypeError(f"float value {text(val)} cannot join integer ({cur}) metric")
         assert isinstance(val.num, int)
         return _promote_ints(cur, code, lo, hi, val.num)
     # Float column.
@@ -144,11 +163,12 @@ def resolve(cur: str | None, val: Value, lo: int = 0, hi: int = 0) -> str:
     if val.explicit:
         return "f64" if "f64" in (cur, code) else cur
     if cur == "f32":
-        _check_f32(val.num)
+        check_f32(val.num)
     return cur
 
 
-def _check_f32(v: float | int | None) -> None:
+def check_f32(v: float | int | None) -> None:
+    """Reject a finite Python float that float32 storage would turn into infinity."""
     assert isinstance(v, float)
     if math.isfinite(v) and abs(v) > _F32_MAX and math.isinf(_PACK_F32.unpack(_pack_f32(v))[0]):
         raise OverflowError(f"float {v} overflows float32 storage")

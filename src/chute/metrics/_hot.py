@@ -6,12 +6,30 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from ._dtypes import Value, float_json
+
 _STEP_KEY = "step"
 
 
-def encode_row(step: int, items: Iterable[tuple[str, str]]) -> bytes:
-    """One hot-log line from already-captured JSON values."""
-    body = ",".join(f"{json.dumps(k)}:{v}" for k, v in items)
+_KEYS: dict[str, str] = {}
+
+
+def _key(name: str) -> str:
+    text = _KEYS.get(name)
+    if text is None:
+        text = _KEYS[name] = json.dumps(name) + ":"
+    return text
+
+
+def encode_row(step: int, items: Iterable[tuple[str, Value]]) -> bytes:
+    """One hot-log line from captured values."""
+    keys = _KEYS
+    body = ",".join(
+        [
+            (keys.get(k) or _key(k)) + (v.json if v.json is not None else float_json(v.num))  # type: ignore[arg-type]
+            for k, v in items
+        ]
+    )
     return f'{{"{_STEP_KEY}":{step}{"," if body else ""}{body}}}\n'.encode()
 
 

@@ -8,10 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from . import _config
 from . import _format as F
 from ._columns import Column
-from ._dtypes import Value, capture, resolve
+from ._dtypes import Value, capture, check_f32, resolve
+
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 class WriterClosedError(RuntimeError):
@@ -75,31 +79,50 @@ class Schema:
         if step > F.MAX_STEP:
             raise ValueError(f"step {step} is past the last uint32 step; finish the run")
         out: list[tuple[str, Value, str]] = []
+        metas = self.metas
         for name, value in batch.items():
-            meta = self.metas.get(name)
+            meta = metas.get(name)
+            # Fast path: a plain float joining a float column it fits (NaN/inf take the slow one).
+            if type(value) is float and meta is not None and meta.last_step != step:
+                code = meta.code
+                if code == "f64" or (code == "f32" and -_F32_MAX <= value <= _F32_MAX):
+                    out.append((name, Value("f32", value, None, False), code))
+                    continue
             if meta is None:
                 F.check_name(name, self.root)
             elif meta.last_step == step:
                 raise ValueError(f"metric {name!r} was already written at step {step}")
             try:
                 val = capture(value)
-                code = resolve(meta.code, val, meta.lo, meta.hi) if meta else resolve(None, val)
+                if meta is None:
+                    code = resolve(None, val)
+                elif val.code == meta.code:  # the common case: nothing to widen
+                    code = meta.code
+                    if code == "f32" and not val.explicit:
+                        check_f32(val.num)
+                else:
+                    code = resolve(meta.code, val, meta.lo, meta.hi)
             except (TypeError, ValueError, OverflowError) as e:
                 raise type(e)(f"metric {name!r} at step {step}: {e}") from None
             out.append((name, val, code))
         return out
 
     def commit(self, checked: list[tuple[str, Value, str]], step: int) -> None:
+        metas = self.metas
         for name, val, code in checked:
-            meta = self.metas.get(name)
+            meta = metas.get(name)
+            num = val.num
             if meta is None:
-                meta = self.metas[name] = _Meta(code)
-                if isinstance(val.num, int):
-                    meta.lo = meta.hi = val.num
+                meta = metas[name] = _Meta(code)
+                if type(num) is int:
+                    meta.lo = meta.hi = num
             else:
                 meta.code = code
-                if isinstance(val.num, int):
-                    meta.lo, meta.hi = min(meta.lo, val.num), max(meta.hi, val.num)
+                if type(num) is int:
+                    if num < meta.lo:
+                        meta.lo = num
+                    elif num > meta.hi:
+                        meta.hi = num
             meta.last_step = step
 
 
