@@ -133,17 +133,19 @@ def segments_to_steps(segs: object, rows_hint: int | None = None) -> np.ndarray[
     total = 0
     for i, seg in enumerate(seg_list):
         start, step = int(seg["start"]), int(seg.get("step", 1))
-        if "stop" in seg and seg["stop"] is not None:
-            arr = np.arange(start, int(seg["stop"]), step, dtype=np.int64)
+        if seg.get("stop") is not None:
+            stop = int(seg["stop"])
         elif i == len(seg_list) - 1 and rows_hint is not None:
-            arr = start + step * np.arange(max(rows_hint - total, 0), dtype=np.int64)
+            stop = start + step * max(rows_hint - total, 0)
         else:
             raise ValueError(f"open index segment {seg!r} needs a row count")
-        parts.append(arr)
-        total += len(arr)
-    if not parts:
-        return np.zeros(0, INDEX_DTYPE)
-    return np.concatenate(parts).astype(INDEX_DTYPE)
+        if step <= 0 or start < 0 or stop > MAX_STEP + 1:
+            raise ValueError(f"invalid index segment {seg!r}")
+        parts.append(np.arange(start, max(stop, start), step, dtype=INDEX_DTYPE))
+        total += len(parts[-1])
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.zeros(0, INDEX_DTYPE)
 
 
 def steps_to_segments(steps: np.ndarray[Any, Any]) -> list[dict[str, int]] | None:

@@ -21,6 +21,7 @@ T = TypeVar("T")
 DTypeArg = str | np.dtype[Any] | type
 _EMPTY_STEPS = np.zeros(0, F.INDEX_DTYPE)
 _RETRIES = 5
+_SEGMENT_CACHE = 64
 
 
 def resolve_run_dir(path: str | os.PathLike[str]) -> str | None:
@@ -87,6 +88,7 @@ class Reader:
         self._manifest: dict[str, Any] | None = None
         self._hot: dict[str, tuple[list[int], list[Any]]] | None = None
         self._jsonl: dict[str, tuple[int, list[Any]]] = {}
+        self._segments: dict[tuple[str, int], np.ndarray[Any, Any]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -105,6 +107,7 @@ class Reader:
         """Drop cached metadata to pick up new metrics, hot rows and config of a live run."""
         self._manifest, self._hot = None, None
         self._jsonl.clear()
+        self._segments.clear()
 
     # -- metadata ----------------------------------------------------------------------------
     def _raw_manifest(self) -> dict[str, Any]:
@@ -239,14 +242,14 @@ class Reader:
                     read[n] = self._read(n, window)
         common = read[cols[0]][0]
         for n in cols[1:]:
-            common = np.intersect1d(common, read[n][0], assume_unique=True)
+            common = _intersect_sorted(common, read[n][0])
         if on == "step" and sel.kind == "index":
             common = common[slice(sel.lo, sel.hi)]
         out = {}
         for n in cols:
             s, v, code = read[n]
-            out[n] = (v[np.searchsorted(s, common)], code)
-        return common.astype(F.INDEX_DTYPE), out
+            out[n] = (v if _same(s, common) else v[np.searchsorted(s, common)], code)
+        return common.astype(F.INDEX_DTYPE, copy=False), out
 
     # -- internals ---------------------------------------------------------------------------
     def _retry(self, fn: Callable[[], T]) -> T:
@@ -341,9 +344,21 @@ class Reader:
         if spec == "indices":
             steps = self._src.array(F.index_file(name), F.INDEX_DTYPE, 0, -1)
         else:
-            steps = F.segments_to_steps(spec, rows_hint=nvals)
+            steps = self._expand(spec, nvals)
         n = min(nvals, len(steps))
         return n, steps[:n]
+
+    def _expand(self, spec: Any, nvals: int) -> np.ndarray[Any, Any]:
+        """Segment expansion, shared (read-only) by metrics with the same index layout."""
+        key = (json.dumps(spec, sort_keys=True), nvals if not _closed(spec) else -1)
+        steps = self._segments.get(key)
+        if steps is None:
+            if len(self._segments) >= _SEGMENT_CACHE:
+                self._segments.clear()
+            steps = F.segments_to_steps(spec, rows_hint=nvals)
+            steps.flags.writeable = False
+            self._segments[key] = steps
+        return steps
 
     def _column_values(self, name: str, code: str, i0: int, i1: int) -> np.ndarray[Any, Any]:
         if i1 <= i0:
@@ -403,7 +418,7 @@ class Reader:
         nvals = self._value_rows(name, code)
         spec = entry.get("indices", "indices")
         if spec != "indices":
-            steps = F.segments_to_steps(spec, rows_hint=nvals)
+            steps = self._expand(spec, nvals)
             return min(nvals, len(steps)), steps.__getitem__
         rel = F.index_file(name)
         nidx = (self._src.size(rel) or 0) // F.INDEX_DTYPE.itemsize
@@ -416,6 +431,22 @@ class Reader:
 
 class _Stale(RuntimeError):
     """The cached manifest no longer matches the files (a live writer changed a dtype)."""
+
+
+def _same(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
+    if a is b or (a.base is not None and a.base is b.base and a.shape == b.shape):
+        return True
+    return len(a) == len(b) and bool(np.array_equal(a, b))
+
+
+def _intersect_sorted(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Steps in both sorted, duplicate-free step arrays (linear when cadences match)."""
+    if _same(a, b) or not len(a):
+        return a
+    if not len(b):
+        return b
+    pos = np.minimum(np.searchsorted(b, a), len(b) - 1)
+    return a[b[pos] == a]
 
 
 def _closed(spec: Any) -> bool:
