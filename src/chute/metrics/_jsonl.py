@@ -8,6 +8,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 import numpy as np
@@ -60,46 +61,88 @@ def find_runs(indirs: list[str], deep: bool) -> Iterator[tuple[str, str]]:
             yield run, os.path.relpath(run, parent)
 
 
-def _columns(path: str, opts: ConvertOptions) -> dict[str, tuple[list[int], list[Any]]]:
-    skip = re.compile("|".join(f"(?:{p})" for p in opts.skip)) if opts.skip else None
-    cols: dict[str, tuple[list[int], list[Any]]] = {}
-    prev = -1
+_MISSING = object()
+
+
+def _parse(path: str) -> list[tuple[int, Any]]:
+    """(line number, parsed object) of each non-blank line; a torn last line is dropped."""
     with open(path, "rb") as f:
         lines = f.read().split(b"\n")
+    out = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            row = _loads(line)
+            out.append((lineno, _loads(line)))
         except ValueError:
             if lineno == len(lines):
                 break  # torn last line of a log that is still being written
             raise ValueError(f"{path}:{lineno}: not valid JSON") from None
-        if not isinstance(row, dict):
+    return out
+
+
+def _rows(path: str, allow_rewinds: bool) -> tuple[list[int], list[dict[str, Any]]]:
+    """Steps and row objects of a log, rewinds applied (or rejected)."""
+    steps: list[int] = []
+    rows: list[dict[str, Any]] = []
+    prev = -1
+    for lineno, row in _parse(path):
+        if type(row) is not dict:
             raise ValueError(f"{path}:{lineno}: expected a JSON object per line")
         step = row.pop("step", prev + 1)
-        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= F.MAX_STEP:
-            raise ValueError(f"{path}:{lineno}: step {step!r} is not a uint32 integer")
-        if step <= prev:
-            if not opts.allow_rewinds:
+        if type(step) is not int or not prev < step <= F.MAX_STEP:
+            if type(step) is not int or not 0 <= step <= F.MAX_STEP:
+                raise ValueError(f"{path}:{lineno}: step {step!r} is not a uint32 integer")
+            if not allow_rewinds:
                 raise ValueError(
                     f"{path}:{lineno}: step {step} after {prev}; steps must increase "
                     "(pass --allow-rewinds to truncate to the earlier step)"
                 )
-            for steps, vals in cols.values():
-                while steps and steps[-1] >= step:
-                    steps.pop()
-                    vals.pop()
+            while steps and steps[-1] >= step:
+                steps.pop()
+                rows.pop()
         prev = step
-        for name, value in row.items():
-            if skip is not None and skip.fullmatch(name):
-                continue
-            col = cols.get(name)
-            if col is None:
-                F.check_name(name)
-                col = cols[name] = ([], [])
-            col[0].append(step)
-            col[1].append(value)
+        steps.append(step)
+        rows.append(row)
+    return steps, rows
+
+
+Column = tuple[np.ndarray[Any, Any], list[Any]]
+
+
+def _columns(path: str, opts: ConvertOptions) -> dict[str, Column]:
+    """Per-metric (steps, values) of a log, skipped metrics left out."""
+    steps, rows = _rows(path, opts.allow_rewinds)
+    names: dict[str, None] = {}
+    seen: Any = None
+    uniform = True  # every row has the same keys in the same order
+    for row in rows:
+        keys = row.keys()
+        if keys != seen:
+            uniform = seen is None
+            names.update(dict.fromkeys(keys))
+            seen = keys
+    if uniform and rows:
+        first = tuple(rows[0])
+        uniform = all(tuple(row) == first for row in rows)
+    by_column = zip(*map(dict.values, rows), strict=True) if uniform else iter(())
+    transposed = dict(zip(names, by_column, strict=uniform))
+    skip = re.compile("|".join(f"(?:{p})" for p in opts.skip)) if opts.skip else None
+    all_steps = np.array(steps, dtype=F.INDEX_DTYPE)
+    cols: dict[str, Column] = {}
+    for name in names:
+        if skip is not None and skip.fullmatch(name):
+            continue
+        F.check_name(name)
+        if uniform:
+            cols[name] = (all_steps, list(transposed[name]))
+            continue
+        values = [row.get(name, _MISSING) for row in rows]
+        if values.count(_MISSING):
+            keep = [i for i, v in enumerate(values) if v is not _MISSING]
+            cols[name] = (all_steps[keep], [values[i] for i in keep])
+        else:
+            cols[name] = (all_steps, values)
     return cols
 
 
@@ -114,14 +157,17 @@ def _encode(values: list[Any]) -> tuple[str, bytes]:
                 return "u64", np.array(values, dtype="<u8").tobytes()
     elif kinds <= {int, float}:
         arr = np.array(values, dtype=np.float64)
-        ints = [v for v in values if type(v) is int]
+        ints = [v for v in values if type(v) is int] if int in kinds else []
         f32_exact = all(float(np.float32(v)) == v for v in ints)
-        finite = arr[np.isfinite(arr)]
-        if f32_exact and not (len(finite) and np.abs(finite).max() > _F32_MAX):
+        with np.errstate(invalid="ignore"):
+            overflow = bool(np.any(np.isfinite(arr) & (np.abs(arr) > _F32_MAX)))
+        if f32_exact and not overflow:
             return "f32", arr.astype("<f4").tobytes()
         if all(int(float(v)) == v for v in ints):
             return "f64", arr.astype("<f8").tobytes()
-    return F.JSONL, "".join(json.dumps(v) + "\n" for v in values).encode()
+    dumps, enc = json.dumps, encode_basestring_ascii
+    text = [enc(v) if type(v) is str else dumps(v) for v in values]
+    return F.JSONL, ("\n".join(text) + "\n").encode()
 
 
 def convert_run(run_dir: str, out_path: str, opts: ConvertOptions) -> tuple[int, int]:
@@ -139,12 +185,11 @@ def convert_run(run_dir: str, out_path: str, opts: ConvertOptions) -> tuple[int,
     try:
         store = ColumnStore(staging)
         for name, (steps, values) in cols.items():
-            if not steps:
+            if not len(steps):
                 continue
             code, data = _encode(values)
             store.add(name, code)
-            idx = np.array(steps, dtype=F.INDEX_DTYPE).tobytes()
-            store.append_raw(name, data, idx, len(steps), steps[-1])
+            store.append_raw(name, data, steps.tobytes(), len(steps), int(steps[-1]))
         store.optimize()
         config = _config.read(os.path.join(run_dir, F.CONFIG))
         F.atomic_write(os.path.join(staging, F.CONFIG), F.dump_json(config))
@@ -153,4 +198,4 @@ def convert_run(run_dir: str, out_path: str, opts: ConvertOptions) -> tuple[int,
         if os.path.exists(staging):
             shutil.rmtree(staging)
     rows = max((len(s) for s, _v in cols.values()), default=0)
-    return rows, sum(1 for s, _v in cols.values() if s)
+    return rows, sum(1 for s, _v in cols.values() if len(s))

@@ -446,7 +446,8 @@ def _intersect_sorted(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.nd
     if not len(b):
         return b
     pos = np.minimum(np.searchsorted(b, a), len(b) - 1)
-    return a[b[pos] == a]
+    out: np.ndarray[Any, Any] = a[b[pos] == a]
+    return out
 
 
 def _closed(spec: Any) -> bool:
