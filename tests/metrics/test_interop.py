@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import plattli
@@ -16,6 +17,14 @@ from ._util import assert_readers_agree, same
 
 ALL_DTYPES = [np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
               np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+def wait_compacted(run, timeout=10.0):
+    """Wait until no background compaction is in flight (its file is gone)."""
+    deadline = time.monotonic() + timeout
+    while (run / "plattli" / "hot.compacting.jsonl").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def log_everything(w, steps=30, hot_tail=True):
@@ -43,6 +52,7 @@ def test_plattli_written_runs_read_identically(tmp_path, writer, zip_):
         w = plattli.CompactingWriter(tmp_path, hotsize=7, config={"lr": 3e-4})
     log_everything(w)
     w.end_step()
+    wait_compacted(tmp_path)
     assert_readers_agree(tmp_path)  # live, hot log included
     w.finish(zip=zip_)
     assert_readers_agree(tmp_path)
@@ -70,6 +80,7 @@ def test_chute_written_runs_read_identically_in_plattli(tmp_path, writer, zip_):
     log_everything(w)
     w.end_step()
     if writer != "bulk":
+        wait_compacted(tmp_path)
         assert_readers_agree(tmp_path)
     w.finish(zip=zip_)
     assert_readers_agree(tmp_path)
@@ -109,6 +120,8 @@ w = m.CompactingWriter(path, hotsize=5)
 print("ready", flush=True)
 for s in range(n):
     w.write(a=s, b=float(s) / 2, c=f"s{s}")
+    if s % 7 in (0, 1, 3) or s > n // 2:  # cadence changes: regular, then explicit steps
+        w.write(x=s)
     w.end_step()
     if s % 50 == 0:
         time.sleep(0.001)
@@ -116,7 +129,9 @@ w.finish(zip=False)
 """
 
 
-@pytest.mark.parametrize(("writer_lib", "reader_lib"), [("plattli", "chute"), ("chute", "plattli")])
+@pytest.mark.parametrize(
+    ("writer_lib", "reader_lib"), [("plattli", "chute"), ("chute", "plattli"), ("chute", "chute")]
+)
 def test_live_run_read_while_other_library_writes(tmp_path, writer_lib, reader_lib):
     n = 1500
     proc = subprocess.Popen(
@@ -138,6 +153,10 @@ def test_live_run_read_while_other_library_writes(tmp_path, writer_lib, reader_l
             # Every read is a consistent prefix: steps 0..k-1 with a == step.
             assert steps.tolist() == list(range(len(steps)))
             assert vals.tolist() == steps.tolist()
+            if reader_lib == "chute" and "x" in r.metrics():
+                steps, vals = r.metric("x")
+                assert vals.tolist() == steps.tolist()
+                assert all(s % 7 in (0, 1, 3) or s > n // 2 for s in steps.tolist())
             reads += 1
     assert proc.wait() == 0
     assert reads > 0

@@ -94,8 +94,9 @@ class BulkWriter:
             shutil.rmtree(staging)
         store = ColumnStore(staging)
         os.makedirs(staging)
-        for name, (steps, vals) in self._columns.items():
-            store.append(name, steps, vals, self._schema.metas[name].code)
+        store.append_many(
+            [(n, s, v, self._schema.metas[n].code) for n, (s, v) in self._columns.items()]
+        )
         if optimize:
             store.optimize()
         else:

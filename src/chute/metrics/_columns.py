@@ -6,7 +6,7 @@ import contextlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,17 +17,53 @@ from ._dtypes import PACK, Value, capture, fits, resolve, text, tightest_int
 from ._hot import read_rows
 
 _MAX_OPEN_FILES = 128
+Steps = Sequence[int] | np.ndarray[Any, Any]
 
 
 @dataclass(slots=True)
 class Column:
-    """What the store knows about one metric on disk."""
+    """What the store knows about one metric on disk.
+
+    Steps are kept *regular* (an open `{start, step}` segment in the manifest, no
+    `.indices` file: one append per row) until a row breaks the cadence; the column
+    then becomes *explicit* (a `.indices` file beside the values).
+    """
 
     code: str
     rows: int = 0
     last_step: int = -1
     lo: int = 0  # integer extremes, for sign mixing with u64
     hi: int = 0
+    start: int = 0  # regular layout: step of row i is start + stride * i
+    stride: int = 1
+    explicit: bool = False
+
+    def layout_after(self, steps: Steps) -> tuple[int, int, bool]:
+        """(start, stride, explicit) once `steps` are appended."""
+        if self.explicit or not len(steps):
+            return self.start, self.stride, self.explicit
+        arr = np.asarray(steps, dtype=np.int64)
+        start, stride, n = self.start, self.stride, self.rows
+        if n == 0:
+            start, stride = int(arr[0]), int(arr[1] - arr[0]) if len(arr) > 1 else 1
+        elif n == 1:
+            stride = int(arr[0]) - start
+        regular = stride > 0 and np.array_equal(arr, start + stride * np.arange(n, n + len(arr)))
+        return (start, stride, False) if regular else (self.start, self.stride, True)
+
+    def spec(self) -> Any:
+        """The manifest's `indices` value for this layout."""
+        if self.explicit:
+            return "indices"
+        return [{"start": self.start, "step": self.stride}] if self.rows else []
+
+    def steps(self, index: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """Step of every row (`index`: the `.indices` file, used when explicit)."""
+        if self.explicit:
+            return index[: self.rows]
+        return (self.start + self.stride * np.arange(self.rows, dtype=np.int64)).astype(
+            F.INDEX_DTYPE
+        )
 
 
 def encode_values(code: str, values: Sequence[Value]) -> bytes:
@@ -89,6 +125,7 @@ class ColumnStore:
                 os.unlink(alt)
         values = self._read_values(name, code)
         spec = entry.get("indices", "indices")
+        segs = [spec] if isinstance(spec, dict) else spec
         if spec == "indices":
             steps = _read_u4(self._path(F.index_file(name)))
         else:
@@ -99,12 +136,18 @@ class ColumnStore:
             self._delete_files(name, code)
             return
         steps, values = steps[:n], values[:n]
-        col = Column(code, n, int(steps[-1]))
+        col = Column(code, n, int(steps[-1]), explicit=spec == "indices" or len(segs) > 1)
+        if not col.explicit:
+            col.start, col.stride = int(segs[0]["start"]), int(segs[0].get("step", 1))
         if code[0] in "iu":
             col.lo, col.hi = int(values.min()), int(values.max())
         self.cols[name] = col
-        self._rewrite(name, code, _raw(code, values), steps.astype(F.INDEX_DTYPE).tobytes())
-        self.manifest[name] = {"indices": "indices", "dtype": code}
+        self._truncate(F.value_file(name, code), _raw(code, values))
+        if col.explicit:
+            self._truncate(F.index_file(name), steps.astype(F.INDEX_DTYPE).tobytes())
+        elif os.path.exists(self._path(F.index_file(name))):
+            os.unlink(self._path(F.index_file(name)))  # a switch to explicit cut by a crash
+        self.manifest[name] = {"indices": col.spec(), "dtype": code}
 
     def _read_values(self, name: str, code: str) -> np.ndarray[Any, Any]:
         path = self._path(F.value_file(name, code))
@@ -141,9 +184,9 @@ class ColumnStore:
                 if step > last:
                     steps.append(step)
                     vals.append(val)
-        for name, (steps, vals) in pending.items():
-            if steps:
-                self.append(name, steps, vals, self._fold_code(name, vals))
+        self.append_many(
+            [(n, s, v, self._fold_code(n, v)) for n, (s, v) in pending.items() if s]
+        )
         for hot in (F.HOT_COMPACTING, F.HOT):
             if os.path.exists(self._path(hot)):
                 os.unlink(self._path(hot))
@@ -165,38 +208,76 @@ class ColumnStore:
 
     # -- writing ---------------------------------------------------------------------------
     def add(self, name: str, code: str) -> None:
-        """Register a new, empty metric (files first, then the manifest entry)."""
-        for rel in (F.value_file(name, code), F.index_file(name)):
-            path = self._path(rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
-        self.cols[name] = Column(code)
+        """Register a new, empty metric (its file first, then the manifest entry)."""
+        path = self._path(F.value_file(name, code))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        col = self.cols[name] = Column(code)
         with self.mlock:
-            self.manifest[name] = {"indices": "indices", "dtype": code}
+            self.manifest[name] = {"indices": col.spec(), "dtype": code}
 
-    def append(self, name: str, steps: Sequence[int], vals: Sequence[Value], code: str) -> None:
-        """Append rows, creating the metric or widening its storage to `code` first."""
-        col = self.cols.get(name)
-        if col is None:
-            self.add(name, code)
+    def changes_layout(self, name: str, step: int) -> bool:
+        """Whether appending `step` needs a manifest update first (see `prepare`)."""
+        col = self.cols[name]
+        if col.explicit:
+            return False
+        if col.rows == 1:
+            return step - col.start != col.stride
+        return col.rows == 0 or step != col.start + col.stride * col.rows
+
+    def prepare(self, batch: Mapping[str, Steps]) -> None:
+        """Publish the step layouts these appends need, in one manifest write, before them.
+
+        A reader thus never pairs a new row with an outdated layout; a column turning
+        explicit gets its `.indices` file (for the rows it has) before the manifest says so.
+        """
+        changed = False
+        for name, steps in batch.items():
             col = self.cols[name]
-        elif col.code != code:
-            self.convert(name, code)
-        self.append_raw(name, encode_values(code, vals), _pack_steps(steps), len(steps), steps[-1])
-        if code[0] in "iu":
-            nums = [int(v.num) for v in vals]  # type: ignore[arg-type]
-            lo, hi = min(nums), max(nums)
-            if col.rows > len(steps):
-                lo, hi = min(col.lo, lo), max(col.hi, hi)
-            col.lo, col.hi = lo, hi
+            start, stride, explicit = col.layout_after(steps)
+            if (start, stride, explicit) == (col.start, col.stride, col.explicit) and col.rows:
+                continue
+            if explicit and not col.explicit:
+                index = col.steps(np.zeros(0, F.INDEX_DTYPE)).tobytes()
+                F.atomic_write(self._path(F.index_file(name)), index)
+            col.start, col.stride, col.explicit = start, stride, explicit
+            spec = "indices" if explicit else [{"start": start, "step": stride}]
+            with self.mlock:
+                self.manifest[name] = {**self.manifest[name], "indices": spec}
+            changed = True
+        if changed:
+            self.flush_manifest()
 
-    def append_raw(self, name: str, values: bytes, steps: bytes, n: int, last_step: int) -> None:
-        """Append pre-encoded rows: values first, so a torn index never points past data."""
+    def append_many(self, items: Sequence[tuple[str, Steps, Sequence[Value], str]]) -> None:
+        """Append (name, steps, values, code) batches: create/widen, one `prepare`, append."""
+        for name, _steps, _vals, code in items:
+            col = self.cols.get(name)
+            if col is None:
+                self.add(name, code)
+            elif col.code != code:
+                self.convert(name, code)
+        self.prepare({name: steps for name, steps, _v, _c in items})
+        for name, steps, vals, code in items:
+            self.append_raw(name, encode_values(code, vals), _pack_steps(steps), steps)
+            if code[0] in "iu":
+                col = self.cols[name]
+                nums = [int(v.num) for v in vals]  # type: ignore[arg-type]
+                lo, hi = min(nums), max(nums)
+                if col.rows > len(steps):
+                    lo, hi = min(col.lo, lo), max(col.hi, hi)
+                col.lo, col.hi = lo, hi
+
+    def append_raw(self, name: str, values: bytes, index: bytes, steps: Steps) -> None:
+        """Append pre-encoded rows whose layout is already published (`prepare`).
+
+        Values go first, so a torn index never points past data.
+        """
         col = self.cols[name]
         os.write(self._fd(F.value_file(name, col.code)), values)
-        os.write(self._fd(F.index_file(name)), steps)
-        col.rows += n
-        col.last_step = last_step
+        if col.explicit:
+            os.write(self._fd(F.index_file(name)), index)
+        col.rows += len(steps)
+        col.last_step = int(steps[-1])
 
     def convert(self, name: str, code: str) -> None:
         """Rewrite a column in a wider storage dtype; the manifest switches atomically."""
@@ -232,7 +313,8 @@ class ColumnStore:
         entries: dict[str, dict[str, Any]] = {}
         for name, col in self.cols.items():
             values = self._read_values(name, col.code)[: col.rows]
-            steps = _read_u4(self._path(F.index_file(name)))[: col.rows]
+            index = _read_u4(self._path(F.index_file(name))) if col.explicit else _NO_STEPS
+            steps = col.steps(index)
             entry: dict[str, Any] = {"indices": "indices", "dtype": col.code}
             if col.code[0] in "iu" and col.rows:
                 tight = tightest_int(int(values.min()), int(values.max()))
@@ -247,7 +329,10 @@ class ColumnStore:
             segs = F.steps_to_segments(steps)
             if segs is not None:
                 entry["indices"] = segs
-                obsolete.append(F.index_file(name))
+                if col.explicit:
+                    obsolete.append(F.index_file(name))
+            elif not col.explicit:  # a single regular row: a closed segment, no file
+                entry["indices"] = [{"start": col.start, "stop": col.start + 1, "step": 1}]
             entries[name] = entry
             run_rows = max(run_rows, col.rows)
         with self.mlock:
@@ -279,14 +364,13 @@ class ColumnStore:
         if fd is not None:
             os.close(fd)
 
-    def _rewrite(self, name: str, code: str, values: bytes, steps: bytes) -> None:
-        """Cut a column's files to exactly these bytes (recovery and truncation)."""
-        for rel, data in ((F.value_file(name, code), values), (F.index_file(name), steps)):
-            path = self._path(rel)
-            if os.path.exists(path) and os.path.getsize(path) >= len(data):
-                os.truncate(path, len(data))
-            else:
-                F.atomic_write(path, data)
+    def _truncate(self, rel: str, data: bytes) -> None:
+        """Cut a file to exactly `data`, a prefix of what it holds (recovery, resume)."""
+        path = self._path(rel)
+        if os.path.exists(path) and os.path.getsize(path) >= len(data):
+            os.truncate(path, len(data))
+        else:
+            F.atomic_write(path, data)
 
     def _delete_files(self, name: str, code: str) -> None:
         for rel in (F.value_file(name, code), F.index_file(name)):
@@ -300,6 +384,9 @@ def _raw(code: str, values: np.ndarray[Any, Any]) -> bytes:
     return np.ascontiguousarray(values, dtype=F.NUMERIC_DTYPES[code]).tobytes()
 
 
+_NO_STEPS = np.zeros(0, F.INDEX_DTYPE)
+
+
 def _read_u4(path: str) -> np.ndarray[Any, Any]:
     try:
         return np.fromfile(path, dtype=F.INDEX_DTYPE)
@@ -307,7 +394,7 @@ def _read_u4(path: str) -> np.ndarray[Any, Any]:
         return np.zeros(0, F.INDEX_DTYPE)
 
 
-def _pack_steps(steps: Sequence[int]) -> bytes:
+def _pack_steps(steps: Steps) -> bytes:
     return np.asarray(steps, dtype=F.INDEX_DTYPE).tobytes()
 
 

@@ -145,8 +145,7 @@ class CompactingWriter(StreamingWriter):
                 steps, vals = columns.setdefault(name, ([], []))
                 steps.append(step)
                 vals.append(val)
-        for name, (steps, vals) in columns.items():
-            self._store.append(name, steps, vals, targets[name])
+        self._store.append_many([(n, s, v, targets[n]) for n, (s, v) in columns.items()])
 
     def _wait(self) -> None:
         if self._inflight is not None:

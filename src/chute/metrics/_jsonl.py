@@ -184,12 +184,12 @@ def convert_run(run_dir: str, out_path: str, opts: ConvertOptions) -> tuple[int,
     os.makedirs(staging)
     try:
         store = ColumnStore(staging)
-        for name, (steps, values) in cols.items():
-            if not len(steps):
-                continue
-            code, data = _encode(values)
+        encoded = {n: (s, _encode(v)) for n, (s, v) in cols.items() if len(s)}
+        for name, (_steps, (code, _data)) in encoded.items():
             store.add(name, code)
-            store.append_raw(name, data, steps.tobytes(), len(steps), int(steps[-1]))
+        store.prepare({n: s for n, (s, _enc) in encoded.items()})
+        for name, (steps, (_code, data)) in encoded.items():
+            store.append_raw(name, data, steps.tobytes(), steps)
         store.optimize()
         config = _config.read(os.path.join(run_dir, F.CONFIG))
         F.atomic_write(os.path.join(staging, F.CONFIG), F.dump_json(config))

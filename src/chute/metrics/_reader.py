@@ -144,7 +144,9 @@ class Reader:
     def _rows(self, name: str) -> int:
         code, entry = self._entry(name)
         n, step_at = self._col_count(name, code, entry)
-        return n + len(self._hot_tail(name, int(step_at(n - 1)) if n else -1))
+        rows = n + len(self._hot_tail(name, int(step_at(n - 1)) if n else -1))
+        self._check_layout(name, entry)
+        return rows
 
     def approx_max_rows(self, nprobes: int = 12) -> int:
         """Cheap estimate of the row count of the most frequent metric (hot rows excluded)."""
@@ -370,7 +372,26 @@ class Reader:
             raise _Stale  # the file shrank since it was sized: a writer is rewriting it
         return out
 
+    def _check_layout(self, name: str, entry: dict[str, Any] | None) -> None:
+        """After reading an open-segment column of a live run, confirm its layout still holds.
+
+        Steps of such a column are derived from the manifest; a writer that changed the
+        cadence after our manifest snapshot has appended rows the snapshot would mislabel.
+        """
+        if entry is None or not self._src.live or _closed(entry.get("indices", "indices")):
+            return
+        fresh = F.load_manifest(self._src.read(F.MANIFEST) or b"{}").get(name)
+        if not isinstance(fresh, dict) or fresh.get("indices") != entry.get("indices"):
+            raise _Stale
+
     def _read(
+        self, name: str, sel: Selection
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], str]:
+        out = self._read_unchecked(name, sel)
+        self._check_layout(name, self._entry(name)[1])
+        return out
+
+    def _read_unchecked(
         self, name: str, sel: Selection
     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], str]:
         code, entry = self._entry(name)
@@ -407,6 +428,7 @@ class Reader:
             step, values = np.uint32(step_at(pos)), self._column_values(name, code, pos, pos + 1)
         else:
             step, values = np.uint32(tail[pos - n][0]), _hot_array([tail[pos - n][1]], code)
+        self._check_layout(name, entry)
         return step, cast(values, code, dtype, name)[0]
 
     def _col_count(
@@ -451,6 +473,9 @@ def _intersect_sorted(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.nd
 
 
 def _closed(spec: Any) -> bool:
+    """Whether an index spec fixes every step (no open final segment)."""
+    if spec == "indices":
+        return True
     segs = [spec] if isinstance(spec, dict) else spec
     return all(isinstance(s, dict) and s.get("stop") is not None for s in segs)
 
