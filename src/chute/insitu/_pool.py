@@ -23,6 +23,7 @@ class Slab:
     pins: int = 1
     planned: int | None = None  # next batch of the running pass that needs it
     data: np.ndarray | None = None
+    buffer: np.ndarray | None = None  # flat uint8 storage handed out for decoding into
     ready: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -56,6 +57,7 @@ class ChunkPool:
         self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
         self.stats = PoolStats(budget_bytes=budget_bytes)
         self._slabs: OrderedDict[SlabKey, Slab] = OrderedDict()
+        self._spares: dict[int, list[np.ndarray]] = {}  # evicted heap buffers, by size
         self._changed: asyncio.Condition | None = None
 
     @property
@@ -94,21 +96,35 @@ class ChunkPool:
             while not self._make_room(nbytes) and not urgent():
                 await changed.wait()
         slab = Slab(key, nbytes)
+        spares = self._spares.get(nbytes)
+        if spares:
+            slab.buffer = spares.pop()  # its bytes are already counted as resident
+        else:
+            self._grow(nbytes)
         self._slabs[key] = slab
-        self._grow(nbytes)
         self.stats.misses += 1
         return slab
+
+    def buffer(self, slab: Slab) -> np.ndarray:
+        """Flat uint8 storage of the slab's reserved size to decode into (recycled when
+        an evicted slab of that size left one)."""
+        if slab.buffer is None:
+            slab.buffer = np.empty(slab.nbytes, dtype=np.uint8)
+        return slab.buffer
 
     def fill(self, slab: Slab, data: np.ndarray | None) -> None:
         """Store decoded ``data`` (``None`` marks a bad chunk) and wake the waiters."""
         if data is not None:
             if self.cache_dir is not None and data.nbytes:
                 data = self._to_mmap(data)
+            if slab.buffer is not None and not np.may_share_memory(data, slab.buffer):
+                slab.buffer = None
             self._grow(data.nbytes - slab.nbytes)
             slab.nbytes = data.nbytes
         else:
             self._grow(-slab.nbytes)
             slab.nbytes = 0
+            slab.buffer = None
         slab.data = data
         if not slab.ready.done():
             slab.ready.set_result(None)
@@ -119,6 +135,7 @@ class ChunkPool:
         if self._slabs.get(slab.key) is slab:
             del self._slabs[slab.key]
             self._grow(-slab.nbytes)
+            slab.buffer = None
         if isinstance(exc, asyncio.CancelledError):
             slab.ready.cancel()
         elif not slab.ready.done():
@@ -151,24 +168,31 @@ class ChunkPool:
         asyncio.get_running_loop().create_task(wake())
 
     def _make_room(self, nbytes: int) -> bool:
-        free = self.budget_bytes - self.stats.resident_bytes
-        if free >= nbytes:
+        if self._spares.get(nbytes) or self.budget_bytes - self.stats.resident_bytes >= nbytes:
             return True
         victims = [s for s in self._slabs.values() if s.pins == 0 and s.ready.done()]
         # unplanned first (in LRU order, as the dict is), then the furthest planned
         victims.sort(key=lambda s: -1 if s.planned is None else -s.planned)
         victims.sort(key=lambda s: s.planned is not None)
         for slab in victims:
-            if free >= nbytes:
-                break
-            free += slab.nbytes
             self._evict(slab.key)
-        return free >= nbytes
+            if self._spares.get(nbytes):
+                return True
+            if self.budget_bytes - self.stats.resident_bytes >= nbytes:
+                return True
+        for size in list(self._spares):  # spares of other sizes are given back
+            while self._spares[size] and self.budget_bytes - self.stats.resident_bytes < nbytes:
+                self._spares[size].pop()
+                self._grow(-size)
+        return self.budget_bytes - self.stats.resident_bytes >= nbytes
 
     def _evict(self, key: SlabKey) -> None:
         slab = self._slabs.pop(key)
-        self._grow(-slab.nbytes)
-        slab.data = None
+        if slab.buffer is not None and slab.buffer.nbytes == slab.nbytes:
+            self._spares.setdefault(slab.nbytes, []).append(slab.buffer)
+        else:
+            self._grow(-slab.nbytes)
+        slab.data = slab.buffer = None
         self.stats.evictions += 1
 
     def _grow(self, delta: int) -> None:

@@ -63,9 +63,16 @@ class CountingStore(WrapperStore[Store]):
     ) -> Buffer | None:
         start = time.perf_counter()
         out = await self._store.get(key, prototype, byte_range)
-        elapsed = time.perf_counter() - start
+        self.record(key, 0 if out is None else len(out), time.perf_counter() - start)
+        return out
+
+    @property
+    def wrapped(self) -> Store:
+        return self._store
+
+    def record(self, key: str, nbytes: int, seconds: float) -> None:
+        """Count a read of ``key`` made around the store (a direct local read)."""
         with self._lock:
             self.gets[key] += 1
-            self.bytes_read += 0 if out is None else len(out)
-            self.seconds += elapsed
-        return out
+            self.bytes_read += nbytes
+            self.seconds += seconds
