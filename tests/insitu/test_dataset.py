@@ -269,3 +269,15 @@ def test_manifest_as_json_path_and_describe(archive: Path, tmp_path: Path) -> No
     assert info["memory"]["pool_budget_bytes"] >= info["memory"]["working_set_bytes"] > 0
     assert info["config"]["max_inflight"] >= 1 and info["config"]["block_chunks"] >= 1
     assert info["splits"]["train"]["samples"] == len(ds.manifest.sample_indices("train"))
+
+
+def test_interleaved_views_share_one_pool(counting: CountingStore) -> None:
+    with dataset(counting, batch_size=5, block_chunks=2, cache_budget_bytes=10**6) as ds:
+        train, every = [], []
+        for a, b in zip(ds.train, ds.all, strict=False):
+            check_values(a)
+            check_values(b)
+            train.append(a["sample_indices"])
+            every.append(b["sample_indices"])
+        train.extend(indices(ds.train) if not train else [])
+        assert max(counting.chunk_gets().values()) == 1  # one decode serves both passes

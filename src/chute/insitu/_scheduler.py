@@ -185,6 +185,23 @@ class Engine:
             return data
 
     async def _fetch(self, slab: Slab) -> None:
+        """Read, decode and transform one slab into the pool; any failure reaches its waiters."""
+        name = slab.key[0]
+        try:
+            data = await self._read_slab(slab)
+            if data is not None and self.chunk_transforms:
+                loop = asyncio.get_running_loop()
+                data = await loop.run_in_executor(None, self._transform, name, data)
+        except asyncio.CancelledError:
+            self.pool.fail(slab, asyncio.CancelledError())
+            raise
+        except Exception as exc:
+            self.pool.fail(slab, exc)
+            return
+        self.pool.fill(slab, data)
+
+    async def _read_slab(self, slab: Slab) -> np.ndarray | None:
+        """The slab's stored chunks, samples on axis 0; ``None`` for a skipped bad chunk."""
         name, j = slab.key
         g = self.geometries[name]
         parts = self._parts(name, j)
@@ -205,22 +222,14 @@ class Engine:
                     local = list(sel)
                     local[g.sample_axis] = slice(None)
                     data[tuple(local)] = part
-        except asyncio.CancelledError:
-            self.pool.fail(slab, asyncio.CancelledError())
-            raise
         except Exception as exc:
             coords, cause = (exc.coords, exc.cause) if isinstance(exc, _PartError) else (parts[0][1], exc)
             error = BadChunkError(self.chunk_key(name, coords), cause)
             if self.on_bad_chunk == "raise":
-                self.pool.fail(slab, error)
-            else:
-                self.bad_chunks.append(error.key)
-                self.pool.fill(slab, None)
-            return
-        data = np.moveaxis(data, g.sample_axis, 0)
-        if self.chunk_transforms:
-            data = await asyncio.get_running_loop().run_in_executor(None, self._transform, name, data)
-        self.pool.fill(slab, data)
+                raise error from cause
+            self.bad_chunks.append(error.key)
+            return None
+        return np.moveaxis(data, g.sample_axis, 0)
 
     def _transform(self, name: str, data: np.ndarray) -> np.ndarray:
         start = time.perf_counter()
