@@ -1,1 +1,34 @@
-"""chute: the disk side of a training run."""
+"""chute: the disk side of a training run, keyed by the training step.
+
+>>> import tempfile, numpy as np, chute
+>>> path = tempfile.mkdtemp() + "/images.zr"
+>>> ds = chute.write_dataset(path, np.zeros((10, 3, 8, 8), np.uint8))
+>>> ds[[1, 2]].shape
+(2, 3, 8, 8)
+"""
+
+from chute.dataset import Dataset, write_dataset
+from chute.errors import (
+    ChecksumError,
+    ChuteError,
+    CorruptStoreError,
+    StoreClosedError,
+    StoreError,
+    StoreLockedError,
+    StoreNotFoundError,
+)
+from chute.store import Codec, RecordStore
+
+__all__ = [
+    "ChecksumError",
+    "ChuteError",
+    "Codec",
+    "CorruptStoreError",
+    "Dataset",
+    "RecordStore",
+    "StoreClosedError",
+    "StoreError",
+    "StoreLockedError",
+    "StoreNotFoundError",
+    "write_dataset",
+]

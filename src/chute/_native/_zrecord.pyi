@@ -1,33 +1,36 @@
 from collections.abc import Sequence
 from typing import Any
 
-from collections.abc import Buffer
+# Any object exporting a C-contiguous buffer (numpy arrays, bytes, bytearray, mmap).
+_Buffer = Any
 
 def gather(
-    table: Buffer,
-    limits: Buffer,
-    fds: Sequence[int],
-    idx: Buffer,
-    dst: Buffer,
+    table: _Buffer,
+    limits: _Buffer,
+    chunks: Any,
+    idx: _Buffer,
+    dst: _Buffer,
     stride: int,
-    offsets: Buffer | None,
+    offsets: _Buffer | None,
     ddict: Any,
-    sums: Buffer | None,
+    sums: _Buffer | None,
+    strict: bool,
     threads: int,
 ) -> tuple[int, int, int, int]: ...
+def map_chunks(fds: Sequence[int]) -> Any: ...
 def compress(
-    src: Buffer,
-    offsets: Buffer,
-    lengths: Buffer,
+    src: _Buffer,
+    offsets: _Buffer,
+    lengths: _Buffer,
     codec: int,
     level: int,
     cdict: Any,
     threads: int,
-    phys_out: Buffer,
-    codec_out: Buffer,
-    crc_out: Buffer,
+    phys_out: _Buffer,
+    codec_out: _Buffer,
+    crc_out: _Buffer,
 ) -> bytearray: ...
-def train_dict(samples: Buffer, sizes: Buffer, capacity: int) -> bytes: ...
-def make_cdict(dictionary: Buffer, level: int) -> Any: ...
-def make_ddict(dictionary: Buffer) -> Any: ...
-def crc32c(data: Buffer, value: int = 0) -> int: ...
+def train_dict(samples: _Buffer, sizes: _Buffer, capacity: int) -> bytes: ...
+def make_cdict(dictionary: _Buffer, level: int) -> Any: ...
+def make_ddict(dictionary: _Buffer) -> Any: ...
+def crc32c(data: _Buffer, value: int = 0) -> int: ...

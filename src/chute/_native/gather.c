@@ -1,22 +1,20 @@
 #define _GNU_SOURCE
 #include "gather.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "crc32c.h"
 #include "pool.h"
 
-/* Per-thread zstd contexts and read buffer, created on first use and reused for the life
+enum { SHARD_BYTES = 96 * 1024 }; /* decoded bytes that make another shard worth a wake-up */
+
+/* Per-thread zstd contexts, created on first use and reused for the life
  * of the thread (worker or caller), freed by the key's destructor when the thread ends. */
 typedef struct {
     ZSTD_DCtx *dctx;
     ZSTD_CCtx *cctx;
-    uint8_t *buf;
-    size_t cap;
 } thread_ctx;
 
 static pthread_key_t ctx_key;
@@ -27,7 +25,6 @@ static void free_ctx(void *p) {
     if (!t) return;
     if (t->dctx) ZSTD_freeDCtx(t->dctx);
     if (t->cctx) ZSTD_freeCCtx(t->cctx);
-    free(t->buf);
     free(t);
 }
 
@@ -42,31 +39,6 @@ static thread_ctx *get_ctx(void) {
         pthread_setspecific(ctx_key, t);
     }
     return t;
-}
-
-static uint8_t *ctx_buf(thread_ctx *t, size_t need) {
-    if (need <= t->cap) return t->buf;
-    size_t cap = need < 65536 ? 65536 : need;
-    uint8_t *b = realloc(t->buf, cap);
-    if (!b) return NULL;
-    t->buf = b;
-    t->cap = cap;
-    return b;
-}
-
-static int read_full(int fd, uint8_t *dst, size_t len, uint64_t off) {
-    while (len) {
-        ssize_t r = pread(fd, dst, len, (off_t)off);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (r == 0) return -1; /* the file ends before the record does */
-        dst += r;
-        len -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
 }
 
 /* Decodes one record into out[0..logic). Returns a GE_* code. */
@@ -84,28 +56,19 @@ static int decode_one(const gather_args *a, thread_ctx *t, const zr_loc *loc, ui
         *detail = (long long)loc->offset + loc->phys_length;
         return GE_BOUNDS;
     }
-    int fd = a->fds[loc->chunk_id];
+    const uint8_t *src = a->bases[loc->chunk_id] + loc->offset;
     switch (loc->codec) {
     case CODEC_RAW:
         if (loc->phys_length != loc->logic_length) {
             *detail = loc->phys_length;
             return GE_LENGTH;
         }
-        if (loc->logic_length && read_full(fd, out, loc->logic_length, loc->offset)) {
-            *detail = errno;
-            return GE_IO;
-        }
+        if (loc->logic_length) memcpy(out, src, loc->logic_length);
         return GE_OK;
     case CODEC_ZSTD:
     case CODEC_ZSTD_DICT: {
         if (loc->codec == CODEC_ZSTD_DICT && !a->ddict) return GE_NO_DICT;
         if (!t->dctx && !(t->dctx = ZSTD_createDCtx())) return GE_NOMEM;
-        uint8_t *src = ctx_buf(t, loc->phys_length);
-        if (!src) return GE_NOMEM;
-        if (read_full(fd, src, loc->phys_length, loc->offset)) {
-            *detail = errno;
-            return GE_IO;
-        }
         size_t r = loc->codec == CODEC_ZSTD
                        ? ZSTD_decompressDCtx(t->dctx, out, loc->logic_length, src, loc->phys_length)
                        : ZSTD_decompress_usingDDict(t->dctx, out, loc->logic_length, src,
@@ -164,13 +127,16 @@ static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
                 code = decode_one(a, t, loc, out, &detail);
                 if (code == GE_OK && a->sums) {
                     const zr_sum *s = (uint64_t)ix < a->nsums ? &a->sums[ix] : NULL;
-                    if (s && s->valid && s->offset == loc->offset && s->chunk_id == loc->chunk_id &&
-                        s->phys_length == loc->phys_length && s->codec == loc->codec) {
+                    int same = s && s->offset == loc->offset && s->chunk_id == loc->chunk_id &&
+                               s->phys_length == loc->phys_length && s->codec == loc->codec;
+                    if (s && s->valid && same) {
                         uint32_t c = chute_crc32c(0, out, loc->logic_length);
                         if (c != s->crc) {
                             code = GE_CHECKSUM;
                             detail = c;
                         }
+                    } else if (s && s->valid && a->strict) {
+                        code = GE_TABLE;
                     } else {
                         job->unchecked[shard]++;
                     }
@@ -189,8 +155,17 @@ static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
 void chute_gather(gather_args *a) {
     memset(&a->err, 0, sizeof a->err);
     a->unchecked = 0;
+    /* Split by bytes, not records: a small batch is cheaper on one core than a wake-up. */
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        int64_t ix = a->idx[i];
+        if (ix >= 0 && (uint64_t)ix < a->length) bytes += a->table[ix].logic_length;
+    }
     size_t max_shards = a->max_threads ? a->max_threads : 1;
-    size_t ns = chute_shard_count(a->n, 8, max_shards);
+    size_t by_bytes = (size_t)(bytes / SHARD_BYTES) + 1;
+    if (by_bytes < max_shards) max_shards = by_bytes;
+    size_t min_block = 1;
+    size_t ns = chute_shard_count(a->n, min_block, max_shards);
     if (ns == 0) return;
     gather_error *errs = calloc(ns, sizeof *errs);
     uint64_t *unchecked = calloc(ns, sizeof *unchecked);
@@ -201,7 +176,7 @@ void chute_gather(gather_args *a) {
         return;
     }
     gather_job job = {.a = a, .errs = errs, .unchecked = unchecked};
-    chute_parallel(a->n, 8, max_shards, gather_shard, &job);
+    chute_parallel(a->n, min_block, max_shards, gather_shard, &job);
     for (size_t s = 0; s < ns; s++) {
         a->unchecked += unchecked[s];
         if (errs[s].code != GE_OK && (a->err.code == GE_OK || errs[s].pos < a->err.pos))

@@ -42,10 +42,10 @@ enum {
     GE_NO_DICT,    /* zstd_dict record in a store without dict.zr */
     GE_DECODE,     /* zstd reported an error */
     GE_LENGTH,     /* decoded size differs from logic_length, or raw phys != logic */
-    GE_IO,         /* pread failed or came back short */
     GE_DST,        /* destination slot too small or outside the buffer */
     GE_CHECKSUM,   /* logical bytes differ from the sidecar's CRC-32C */
     GE_NOMEM,
+    GE_TABLE,      /* table entry differs from where its checksum says the record was */
 };
 
 typedef struct {
@@ -57,8 +57,8 @@ typedef struct {
 typedef struct {
     const zr_loc *table;
     uint64_t length;
-    const int *fds;
-    const uint64_t *limits; /* readable bytes of each chunk */
+    const uint8_t *const *bases; /* each chunk file, mapped read-only */
+    const uint64_t *limits;       /* readable bytes of each chunk */
     uint32_t nchunks;
     const ZSTD_DDict *ddict;
     const int64_t *idx;
@@ -69,6 +69,7 @@ typedef struct {
     uint64_t stride;
     const zr_sum *sums; /* NULL: no checksum check */
     uint64_t nsums;
+    int strict; /* the sidecar is in step with the table: a mismatch is damage, not an edit */
     size_t max_threads;
     gather_error err; /* out */
     uint64_t unchecked; /* out: records whose sidecar entry did not match the table */

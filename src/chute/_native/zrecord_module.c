@@ -4,6 +4,7 @@
 #include <Python.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "crc32c.h"
 #include "gather.h"
@@ -76,57 +77,92 @@ static PyObject *train_dict(PyObject *self, PyObject *args) {
     return result;
 }
 
-static int get_fds(PyObject *seq, int **fds, uint32_t *n) {
-    PyObject *fast = PySequence_Fast(seq, "fds must be a sequence of ints");
-    if (!fast) return -1;
-    Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
-    *fds = malloc((size_t)(len ? len : 1) * sizeof(int));
-    if (!*fds) {
-        Py_DECREF(fast);
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < len; i++) {
-        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
-        if (v == -1 && PyErr_Occurred()) {
-            Py_DECREF(fast);
-            free(*fds);
-            return -1;
-        }
-        (*fds)[i] = (int)v;
-    }
-    *n = (uint32_t)len;
-    Py_DECREF(fast);
-    return 0;
+/* Chunk files mapped read-only, each over the format's 4 GiB span so a file that grows needs
+ * no remap. Reads stay inside each chunk's validated limit, so they never touch a page past
+ * the end of its file. */
+#define CHUNKS_CAPSULE "chute.chunk_maps"
+#define CHUNK_SPAN ((size_t)1 << 32)
+
+typedef struct {
+    size_t n;
+    uint8_t **bases;
+} chunk_maps;
+
+static void chunks_free(PyObject *cap) {
+    chunk_maps *m = PyCapsule_GetPointer(cap, CHUNKS_CAPSULE);
+    if (!m) return;
+    for (size_t i = 0; i < m->n; i++)
+        if (m->bases[i]) munmap(m->bases[i], CHUNK_SPAN);
+    free(m->bases);
+    free(m);
 }
 
-/* gather(table, limits, fds, idx, dst, stride, offsets, ddict, sums, threads)
+static PyObject *map_chunks(PyObject *self, PyObject *args) {
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "O", &seq)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "map_chunks takes a sequence of file descriptors");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    chunk_maps *m = calloc(1, sizeof *m);
+    if (m) m->bases = calloc((size_t)(n ? n : 1), sizeof *m->bases);
+    if (!m || !m->bases) {
+        free(m);
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    PyObject *cap = PyCapsule_New(m, CHUNKS_CAPSULE, chunks_free);
+    if (!cap) {
+        free(m->bases);
+        free(m);
+        Py_DECREF(fast);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (fd == -1 && PyErr_Occurred()) goto fail;
+        void *p = mmap(NULL, CHUNK_SPAN, PROT_READ, MAP_SHARED | MAP_NORESERVE, (int)fd, 0);
+        if (p == MAP_FAILED) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto fail;
+        }
+        m->bases[i] = p;
+        m->n = (size_t)i + 1;
+    }
+    Py_DECREF(fast);
+    return cap;
+fail:
+    Py_DECREF(fast);
+    Py_DECREF(cap);
+    return NULL;
+}
+
+/* gather(table, limits, chunks, idx, dst, stride, offsets, ddict, sums, strict, threads)
  *   -> (code, pos, detail, unchecked). code 0 is success; the caller raises otherwise. */
 static PyObject *gather(PyObject *self, PyObject *args) {
     Py_buffer table, limits, idx, dst, offsets = {0}, sums = {0};
-    PyObject *fds_obj, *offsets_obj, *ddict_obj, *sums_obj;
+    PyObject *chunks_obj, *offsets_obj, *ddict_obj, *sums_obj;
     unsigned long long stride;
     Py_ssize_t threads;
-    if (!PyArg_ParseTuple(args, "y*y*Oy*w*KOOOn", &table, &limits, &fds_obj, &idx, &dst, &stride,
-                          &offsets_obj, &ddict_obj, &sums_obj, &threads))
+    int strict;
+    if (!PyArg_ParseTuple(args, "y*y*Oy*w*KOOOpn", &table, &limits, &chunks_obj, &idx, &dst, &stride,
+                          &offsets_obj, &ddict_obj, &sums_obj, &strict, &threads))
         return NULL;
     PyObject *result = NULL;
-    int *fds = NULL;
-    uint32_t nfds = 0;
     gather_args a = {0};
+    chunk_maps *maps = PyCapsule_GetPointer(chunks_obj, CHUNKS_CAPSULE);
+    if (!maps) goto done;
     if (offsets_obj != Py_None && PyObject_GetBuffer(offsets_obj, &offsets, PyBUF_SIMPLE) < 0)
         goto done;
     if (sums_obj != Py_None && PyObject_GetBuffer(sums_obj, &sums, PyBUF_SIMPLE) < 0) goto done;
-    if (get_fds(fds_obj, &fds, &nfds) < 0) goto done;
-    if ((size_t)limits.len < nfds * sizeof(uint64_t)) {
-        PyErr_SetString(PyExc_ValueError, "limits shorter than fds");
+    if ((size_t)limits.len < maps->n * sizeof(uint64_t)) {
+        PyErr_SetString(PyExc_ValueError, "limits shorter than the chunk list");
         goto done;
     }
     a.table = table.buf;
     a.length = (uint64_t)table.len / sizeof(zr_loc);
-    a.fds = fds;
+    a.bases = (const uint8_t *const *)maps->bases;
     a.limits = limits.buf;
-    a.nchunks = nfds;
+    a.nchunks = (uint32_t)maps->n;
     if (ddict_obj != Py_None) {
         a.ddict = PyCapsule_GetPointer(ddict_obj, DDICT_CAPSULE);
         if (!a.ddict) goto done;
@@ -146,6 +182,7 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     if (sums.buf) {
         a.sums = sums.buf;
         a.nsums = (uint64_t)sums.len / sizeof(zr_sum);
+        a.strict = strict;
     }
     a.max_threads = threads > 0 ? (size_t)threads : 1;
     if (a.n <= 1) {
@@ -158,7 +195,6 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     result = Py_BuildValue("inLK", a.err.code, (Py_ssize_t)a.err.pos, a.err.detail,
                            (unsigned long long)a.unchecked);
 done:
-    free(fds);
     PyBuffer_Release(&table);
     PyBuffer_Release(&limits);
     PyBuffer_Release(&idx);
@@ -249,6 +285,7 @@ static PyObject *crc32c(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Decode records into a caller buffer across cores."},
+    {"map_chunks", map_chunks, METH_VARARGS, "Map chunk files read-only for gather."},
     {"compress", compress, METH_VARARGS, "Compress a batch of records across cores."},
     {"train_dict", train_dict, METH_VARARGS, "Train a zstd dictionary on sample records."},
     {"make_cdict", make_cdict, METH_VARARGS, "Digest a dictionary for compression."},

@@ -1,0 +1,377 @@
+"""Record-store benchmark: chute against loaderx 0.7.3, a memory-mapped .npy, LMDB and HDF5.
+
+One run, one workload, every contender side by side; results as ratios, since the machines
+here are shared and noisy. Writes bench/results/store.md (and store.png with --plot).
+
+    python bench/store.py [--records 20000] [--batches 200] [--plot]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import chute
+
+ROOT = Path(__file__).resolve().parent
+DATA = ROOT / "data" / "store"
+RESULTS = ROOT / "results"
+MiB = 1 << 20
+
+
+def structured(n: int, seed: int = 0) -> np.ndarray:
+    """The issue's workload: per-sample smooth ramps plus noise, (n, 3, 64, 64) uint8."""
+    rng = np.random.default_rng(seed)
+    t = np.linspace(0.0, 1.0, 12288)
+    out = np.empty((n, 12288), np.uint8)
+    for s in range(0, n, 2000):
+        k = min(2000, n - s)
+        amp = 1 + 4 * rng.random((k, 1))
+        phase = rng.random((k, 1))
+        wave = np.sin(2 * np.pi * (t * amp + phase)) * 0.5 + 0.5
+        noisy = wave + rng.random((k, 12288)) * 0.06
+        out[s : s + k] = np.clip(noisy / 1.06 * 255, 0, 255).astype(np.uint8)
+    return out.reshape(n, 3, 64, 64)
+
+
+def disk_bytes(path: Path) -> int:
+    """Allocated bytes (so sparse preallocation is not counted as data)."""
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    return sum(p.stat().st_blocks * 512 for p in files)
+
+
+def timed(fn: Callable[[], object], repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@dataclass
+class Contender:
+    name: str
+    write: Callable[[Path, np.ndarray], None]
+    # open(path, like) -> a batch reader; ``like`` is one record, for dtype and shape
+    open: Callable[[Path, np.ndarray], Callable[[np.ndarray], np.ndarray]]
+    suffix: str = ".zr"
+
+
+def chute_contender(codec: str, verify: bool = False) -> Contender:
+    def write(path: Path, a: np.ndarray) -> None:
+        chute.write_dataset(path, a, codec=codec, progress=False).close()
+
+    def open_(path: Path, like: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        return chute.Dataset(path, verify=verify).__getitems__
+
+    label = f"chute-{codec}" + ("+verify" if verify else "")
+    return Contender(label, write, open_)
+
+
+def loaderx_contender(codec: str) -> Contender | None:
+    try:
+        import loaderx
+    except ImportError:
+        return None
+
+    def write(path: Path, a: np.ndarray) -> None:
+        loaderx.write_dataset(str(path), a, codec=codec)
+
+    def open_(path: Path, like: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        ds = loaderx.Dataset(str(path))
+        return lambda idx: ds[idx]
+
+    return Contender(f"loaderx-{codec}", write, open_)
+
+
+def npy_contender() -> Contender:
+    def write(path: Path, a: np.ndarray) -> None:
+        np.save(path, a)
+        with open(path, "rb+") as f:
+            os.fsync(f.fileno())
+
+    def open_(path: Path, like: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        mm = np.load(path, mmap_mode="r")
+        return lambda idx: mm[idx]
+
+    return Contender("npy-mmap", write, open_, ".npy")
+
+
+def lmdb_contender() -> Contender | None:
+    try:
+        import lmdb
+    except ImportError:
+        return None
+
+    def write(path: Path, a: np.ndarray) -> None:
+        env = lmdb.open(str(path), map_size=4 << 30, subdir=True)
+        flat = a.reshape(len(a), -1)
+        with env.begin(write=True) as txn:
+            for i in range(len(a)):
+                txn.put(i.to_bytes(8, "big"), flat[i].tobytes())
+        env.close()
+
+    def open_(path: Path, like: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        env = lmdb.open(str(path), readonly=True, lock=False, subdir=True)
+
+        def read(idx: np.ndarray) -> np.ndarray:
+            out = np.empty((len(idx), *like.shape[1:]), like.dtype)
+            flat = out.reshape(len(idx), -1).view(np.uint8)
+            with env.begin(buffers=True) as txn:
+                for k, i in enumerate(idx.tolist()):
+                    flat[k] = np.frombuffer(txn.get(i.to_bytes(8, "big")), np.uint8)
+            return out
+
+        return read
+
+    return Contender("lmdb", write, open_, ".lmdb")
+
+
+def h5py_contender() -> Contender | None:
+    try:
+        import h5py
+    except ImportError:
+        return None
+
+    def write(path: Path, a: np.ndarray) -> None:
+        with h5py.File(path, "w") as f:
+            f.create_dataset("x", data=a, chunks=(1, *a.shape[1:]))
+
+    def open_(path: Path, like: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        ds = h5py.File(path, "r")["x"]
+
+        def read(idx: np.ndarray) -> np.ndarray:
+            uniq, inverse = np.unique(idx, return_inverse=True)  # h5py wants increasing
+            return ds[uniq][inverse]
+
+        return read
+
+    return Contender("h5py", write, open_, ".h5")
+
+
+def run_workload(
+    label: str, a: np.ndarray, contenders: list[Contender], batches: int, batch: int
+) -> list[dict[str, object]]:
+    rng = np.random.default_rng(42)
+    plan = [rng.integers(0, len(a), batch) for _ in range(batches)]
+    singles = rng.integers(0, len(a), 2000)
+    rows = []
+    for c in contenders:
+        path = DATA / f"{label}-{c.name}{c.suffix}"
+        if path.exists():
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        t0 = time.perf_counter()
+        c.write(path, a)
+        write_s = time.perf_counter() - t0
+        read = c.open(path, a[:1])
+        first = read(plan[0])
+        assert np.array_equal(
+            first.reshape(len(plan[0]), -1), a[plan[0]].reshape(len(plan[0]), -1)
+        ), c.name
+        for idx in plan[:20]:  # warm the page cache and the code
+            read(idx)
+        gather_s = timed(lambda r=read: [r(idx) for idx in plan])
+        one = [np.array([i]) for i in singles.tolist()]
+        single_s = timed(lambda r=read, one=one: [r(i) for i in one])
+        rows.append(
+            {
+                "name": c.name,
+                "write": a.nbytes / MiB / write_s,
+                "gather": batches * batch * a[0].nbytes / MiB / gather_s,
+                "per_batch_ms": gather_s / batches * 1e3,
+                "single_us": single_s / len(one) * 1e6,
+                "disk": disk_bytes(path),
+                "ratio": a.nbytes / max(disk_bytes(path), 1),
+            }
+        )
+        print(f"  {label:6s} {c.name:22s} done", file=sys.stderr)
+    return rows
+
+
+def decode_limit_ms(a: np.ndarray, batch: int, cores: int) -> float | None:
+    """libzstd's own single-core decode time for a batch of these records, over the cores."""
+    try:
+        import zstandard
+    except ImportError:
+        return None
+    flat = a.reshape(len(a), -1)
+    cctx = zstandard.ZstdCompressor(level=3)
+    frames = [cctx.compress(flat[i].tobytes()) for i in range(min(len(a), 4096))]
+    dctx = zstandard.ZstdDecompressor()
+    # one C call decodes every frame on one thread: no Python work per record in the timing
+    t = timed(lambda: dctx.multi_decompress_to_buffer(frames, threads=1))
+    per_record = t / len(frames)
+    return per_record * batch / cores * 1e3
+
+
+def table(rows: list[dict[str, object]], title: str) -> str:
+    lines = [
+        f"### {title}",
+        "",
+        "| store | write MiB/s | gather MiB/s | per batch | batch-1 read | on disk | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['name']} | {r['write']:.0f} | {r['gather']:.0f} | {r['per_batch_ms']:.2f} ms "
+            f"| {r['single_us']:.1f} µs | {r['disk'] / MiB:.1f} MiB | {r['ratio']:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--records", type=int, default=20000)
+    p.add_argument("--batches", type=int, default=200)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--plot", action="store_true")
+    args = p.parse_args()
+    DATA.mkdir(parents=True, exist_ok=True)
+    cores = len(os.sched_getaffinity(0))
+
+    big = structured(args.records)
+    main_contenders = [
+        chute_contender("raw"),
+        chute_contender("zstd"),
+        chute_contender("zstd", verify=True),
+        chute_contender("zstd_dict"),
+        *filter(None, [loaderx_contender(c) for c in ("raw", "zstd", "zstd_dict")]),
+        npy_contender(),
+        *filter(None, [lmdb_contender(), h5py_contender()]),
+    ]
+    rows = run_workload("images", big, main_contenders, args.batches, args.batch)
+    small = np.random.default_rng(1).integers(0, 1000, (args.records, 64)).astype(np.int32)
+    small_contenders = [
+        chute_contender("raw"),
+        chute_contender("zstd"),
+        *filter(None, [loaderx_contender(c) for c in ("raw", "zstd")]),
+        npy_contender(),
+    ]
+    small_rows = run_workload("small", small, small_contenders, args.batches, args.batch)
+    limit = decode_limit_ms(big, args.batch, cores)
+
+    by = {r["name"]: r for r in rows}
+    sby = {r["name"]: r for r in small_rows}
+
+    def ratio(a: dict, b: dict, key: str, inverse: bool = False) -> str:
+        if a is None or b is None:
+            return "n/a"
+        v = b[key] / a[key] if inverse else a[key] / b[key]
+        return f"{v:.2f}x"
+
+    checks = []
+
+    def check(label: str, value: str, target: str) -> None:
+        checks.append(f"| {label} | {value} | {target} |")
+
+    g = lambda n: by.get(n)  # noqa: E731
+    check("raw gather vs npy-mmap", ratio(g("chute-raw"), g("npy-mmap"), "gather"), ">= 1.0x")
+    if limit:
+        lim_mib = args.batch * big[0].nbytes / MiB / (limit / 1e3)
+        check(
+            "zstd gather vs 2-core decode limit",
+            f"{by['chute-zstd']['gather'] / lim_mib:.2f}x ({lim_mib:.0f} MiB/s limit)",
+            ">= 0.9x",
+        )
+    check(
+        "zstd gather vs loaderx-zstd",
+        ratio(g("chute-zstd"), g("loaderx-zstd"), "gather"),
+        ">= 1.05x",
+    )
+    check(
+        "small raw gather vs loaderx",
+        ratio(sby.get("chute-raw"), sby.get("loaderx-raw"), "gather"),
+        ">= 3x",
+    )
+    check(
+        "small zstd gather vs loaderx",
+        ratio(sby.get("chute-zstd"), sby.get("loaderx-zstd"), "gather"),
+        ">= 3x",
+    )
+    check(
+        "zstd_dict write vs loaderx",
+        ratio(g("chute-zstd_dict"), g("loaderx-zstd_dict"), "write"),
+        ">= 5x",
+    )
+    check(
+        "zstd_dict gather vs loaderx",
+        ratio(g("chute-zstd_dict"), g("loaderx-zstd_dict"), "gather"),
+        ">= 2x",
+    )
+    check(
+        "batch-1 read vs npy-mmap (time, lower is better)",
+        ratio(g("chute-zstd"), g("npy-mmap"), "single_us"),
+        "<= 2x",
+    )
+    check(
+        "batch-1 read, loaderx-zstd vs npy-mmap",
+        ratio(g("loaderx-zstd"), g("npy-mmap"), "single_us"),
+        "(reference)",
+    )
+    check(
+        "verify cost (zstd gather with/without)",
+        ratio(g("chute-zstd+verify"), g("chute-zstd"), "gather"),
+        "(measured)",
+    )
+
+    out = [
+        "# Store benchmark",
+        "",
+        f"{args.records} records, random batches of {args.batch}, {args.batches} batches, "
+        f"warm page cache, {cores} cores, Python {sys.version.split()[0]}. "
+        "Gather MiB/s counts decoded bytes; batch-1 is one random record per call; on disk is "
+        "allocated blocks.",
+        "",
+        table(rows, "Images: (3, 64, 64) uint8, structured"),
+        "",
+        table(small_rows, "Small records: 64 int32"),
+        "",
+        "### Targets (ratios from this run)",
+        "",
+        "| check | measured | target |",
+        "|---|---:|---:|",
+        *checks,
+    ]
+    text = "\n".join(out) + "\n"
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "store.md").write_text(text)
+    if args.plot:
+        plot(rows, small_rows)
+
+
+def plot(rows: list[dict], small_rows: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, data, title in (
+        (axes[0], rows, "images (3,64,64) u8"),
+        (axes[1], small_rows, "64 x int32"),
+    ):
+        names = [r["name"] for r in data]
+        vals = [r["gather"] for r in data]
+        colors = ["tab:blue" if n.startswith("chute") else "tab:gray" for n in names]
+        ax.barh(names, vals, color=colors)
+        ax.set_xlabel("random-batch gather, MiB/s")
+        ax.set_title(title)
+        ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "store.png", dpi=110)
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()

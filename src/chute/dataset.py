@@ -1,0 +1,196 @@
+"""Fixed-shape tensors over a record store: `write_dataset` and `Dataset`."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from tqdm import tqdm
+
+from chute._schema import read_schema, write_schema
+from chute.errors import StoreError
+from chute.store import Codec, RecordStore
+from chute.store._codec import sample_rows
+from chute.store._format import MAX_RECORD, codec_name, parse_codec
+
+__all__ = ["Dataset", "write_dataset"]
+
+#: Writes larger than this show a progress bar unless told otherwise.
+_PROGRESS_BYTES = 256 << 20
+
+
+def write_dataset(
+    path: str | os.PathLike[str],
+    array: Any,
+    codec: str = "zstd",
+    chunk_bytes: int = 64 << 20,
+    dict_size: int | None = None,
+    *,
+    level: int | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+) -> Dataset:
+    """Write ``array`` as one record per slice along axis 0 and return it opened.
+
+    ``array`` is anything with ``shape``, ``dtype`` and slicing (a memory-mapped ``.npy``,
+    an h5py or zarr array); it is read ``chunk_bytes`` at a time, never whole. A 1-D array
+    becomes a dataset of scalars. ``codec`` is ``"zstd"`` (level 3), ``"raw"`` or
+    ``"zstd_dict"`` (a dictionary of at most ``dict_size`` bytes trained on a spread of rows,
+    then level 19). ``progress`` shows a bar; by default only for writes over 256 MiB.
+
+    >>> import tempfile, numpy as np
+    >>> rows = np.arange(12, dtype=np.int16).reshape(4, 3)
+    >>> ds = write_dataset(tempfile.mkdtemp() + "/x.zr", rows)
+    >>> ds[1:3].tolist()
+    [[3, 4, 5], [6, 7, 8]]
+    """
+    path = Path(path)
+    if not hasattr(array, "shape") or not hasattr(array, "dtype"):
+        array = np.asarray(array)
+    dtype = np.dtype(array.dtype)
+    shape = tuple(int(d) for d in array.shape)
+    if not shape:
+        raise ValueError("write_dataset needs an array with at least one axis (a record per row)")
+    if dtype.hasobject:
+        raise TypeError(f"dtype {dtype} holds Python objects; only plain dtypes can be stored")
+    row_bytes = dtype.itemsize * math.prod(shape[1:])
+    if row_bytes > MAX_RECORD:
+        raise ValueError(f"one row is {row_bytes} bytes; the Zrecord format caps a record at 1 MiB")
+    c = parse_codec(codec)
+    if path.exists() and any(path.iterdir()) and not overwrite:
+        raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True to replace it")
+    n = shape[0]
+    rows_per_step = max(1, chunk_bytes // max(row_bytes, 1))
+    total = n * row_bytes
+    show = progress if progress is not None else total > _PROGRESS_BYTES
+    with RecordStore(path, mode="w", codec=c, level=level) as store:
+        write_schema(path, {"dtype": dtype.str, "shape": list(shape[1:]), "codec": codec_name(c)})
+        if c is Codec.ZSTD_DICT:
+            picks = sample_rows(n, row_bytes)
+            store.train_dict(_rows_as_bytes(np.asarray(array[picks]), len(picks)), dict_size)
+        with tqdm(
+            total=total, unit="B", unit_scale=True, disable=not show, file=sys.stderr,
+            desc=f"write {path.name}",
+        ) as bar:  # fmt: skip
+            for start in range(0, n, rows_per_step):
+                rows = np.asarray(array[start : start + rows_per_step])
+                store.append(_rows_as_bytes(rows, len(rows)))
+                bar.update(len(rows) * row_bytes)
+    return Dataset(path)
+
+
+def _rows_as_bytes(rows: npt.NDArray[Any], n: int) -> npt.NDArray[np.uint8]:
+    return np.ascontiguousarray(rows).reshape(n, -1).view(np.uint8).reshape(n, -1)
+
+
+class Dataset:
+    """A read-only, numpy-indexable view of a store written by `write_dataset` (or loaderx).
+
+    ``ds[i]``, ``ds[-1]``, ``ds[a:b:s]``, ``ds[[i, j]]``, ``ds[index_array]`` (any shape)
+    and ``ds[bool_mask]`` return numpy arrays; every form is one native gather across cores.
+    ``verify=True`` checks each returned record against its CRC-32C.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, verify: bool = False, threads: int | None = None
+    ) -> None:
+        path = Path(path)
+        schema = read_schema(path)
+        if schema.get("ragged"):
+            raise StoreError(f"{path} holds variable-length records: open it with RaggedDataset")
+        self._dtype: np.dtype[Any] = schema["dtype"]
+        self._item_shape: tuple[int, ...] = schema.get("shape", ())
+        self._store = RecordStore(path, mode="r", verify=verify, threads=threads)
+        self._path = path
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._dtype
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        """The shape of one record."""
+        return self._item_shape
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self), *self._item_shape)
+
+    @property
+    def store(self) -> RecordStore:
+        """The underlying record store (read-only)."""
+        return self._store
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def __getitems__(self, indices: Any) -> npt.NDArray[Any]:
+        """A batch ``(n, *item_shape)`` for a flat sequence of indices: one native call."""
+        idx = np.asarray(indices)
+        if idx.dtype == np.bool_ or not np.issubdtype(idx.dtype, np.integer):
+            if idx.size:
+                raise TypeError(f"dataset indices must be integers, got {idx.dtype}")
+            idx = idx.astype(np.int64)
+        return self._take(idx.reshape(-1))
+
+    def __getitem__(self, key: Any) -> npt.NDArray[Any]:
+        rest: tuple[Any, ...] = ()
+        if isinstance(key, tuple):
+            if not key:
+                key = slice(None)
+            else:
+                key, rest = key[0], key[1:]
+        n = len(self)
+        out: npt.NDArray[Any]
+        if isinstance(key, (bool, np.bool_)):
+            raise TypeError("a boolean scalar is not a dataset index")
+        if isinstance(key, (int, np.integer)):
+            i = int(key)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of range for a dataset of {n} records")
+            out = self._take(np.array([i % n], np.int64))[0]
+        elif isinstance(key, slice):
+            out = self._take(np.arange(n, dtype=np.int64)[key])
+        else:
+            idx = np.asarray(key)
+            if idx.dtype == np.bool_:
+                if idx.shape != (n,):
+                    raise IndexError(f"boolean mask of shape {idx.shape} does not match ({n},)")
+                idx = np.flatnonzero(idx)
+            elif not np.issubdtype(idx.dtype, np.integer):
+                if idx.size or idx.dtype != np.float64:  # [] arrives as an empty float array
+                    raise TypeError(
+                        f"dataset indices must be integers or a boolean mask, got {idx.dtype}"
+                    )
+                idx = idx.astype(np.int64)
+            if idx.size and (int(idx.min()) < -n or int(idx.max()) >= n):
+                bad = idx[(idx < -n) | (idx >= n)].flat[0]
+                raise IndexError(f"index {int(bad)} is out of range for a dataset of {n} records")
+            flat = np.where(idx < 0, idx + n, idx).astype(np.int64).reshape(-1)
+            out = self._take(flat).reshape(*idx.shape, *self._item_shape)
+        if rest:  # the remaining axes index within each record, as numpy would
+            lead = (slice(None),) * (out.ndim - len(self._item_shape))
+            out = out[(*lead, *rest)]
+        return out
+
+    def _take(self, idx: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        out = np.empty((len(idx), *self._item_shape), self._dtype)
+        self._store.gather(idx, out)
+        return out
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Dataset({str(self._path)!r}, shape={self.shape}, dtype={self._dtype})"

@@ -1,0 +1,6 @@
+"""The record store: byte records in the Zrecord format, gathered by the compiled core."""
+
+from chute.store._format import Codec
+from chute.store._store import RecordStore
+
+__all__ = ["Codec", "RecordStore"]

@@ -1,0 +1,58 @@
+"""Codec choice and zstd dictionary training."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chute import _native
+
+#: zstd's own recommendation for a dictionary's size, and the cap chute uses by default.
+DEFAULT_DICT_CAP = 112_640
+#: How much sample data a dictionary is trained on, at most.
+TRAIN_SAMPLE_BYTES = 32 << 20
+
+
+def default_dict_size(sample_bytes: int) -> int:
+    """Scale the dictionary to its training data: about 1% of it, within [256 B, 110 KiB]."""
+    return int(min(DEFAULT_DICT_CAP, max(256, sample_bytes // 100)))
+
+
+def sample_rows(n: int, row_bytes: int) -> npt.NDArray[np.int64]:
+    """Evenly spread row indices whose bytes add up to at most TRAIN_SAMPLE_BYTES."""
+    take = n if row_bytes == 0 else min(n, max(1, TRAIN_SAMPLE_BYTES // max(row_bytes, 1)))
+    if n == 0:
+        return np.empty(0, np.int64)
+    return np.unique(np.linspace(0, n - 1, num=take).astype(np.int64))
+
+
+def train_dictionary(
+    data: npt.NDArray[np.uint8], lengths: npt.NDArray[np.uint64], dict_size: int | None
+) -> bytes:
+    """Train a zstd dictionary on records laid end to end in ``data``.
+
+    zstd's trainer needs enough varied samples; when it gives up (tiny or uniform data) the
+    samples themselves, cut to size, serve as a raw-content dictionary, which every zstd
+    decoder accepts the same way.
+    """
+    total = int(lengths.sum())
+    cap = dict_size if dict_size is not None else default_dict_size(total)
+    if cap < 64:
+        raise ValueError(f"dict_size must be at least 64 bytes, got {cap}")
+    try:
+        return _native.train_dict(data[:total], lengths.astype(np.uint64), cap)
+    except ValueError:
+        raw = bytes(data[: min(total, cap)])
+        if len(raw) < 8:
+            raise ValueError("too little sample data to build a zstd dictionary") from None
+        return raw
+
+
+def digest_for_reading(dictionary: bytes) -> Any:
+    return _native.make_ddict(dictionary)
+
+
+def digest_for_writing(dictionary: bytes, level: int) -> Any:
+    return _native.make_cdict(dictionary, level)

@@ -1,0 +1,107 @@
+"""Every fact of the Zrecord on-disk format, and chute's checksum sidecar, in one place.
+
+A store is a directory::
+
+    meta.zr        16-byte header, then one 16-byte RecordLoc per record (little-endian)
+    0.zr, 1.zr ..  chunk files: record bytes packed densely, no record straddles two
+    dict.zr        a zstd dictionary, present once one was trained
+    schema.json    dtype and per-record shape, written by the dataset layer
+    crc32c.chute   chute's sidecar: CRC-32C of each record's logical bytes (others ignore it)
+
+loaderx preallocates meta.zr at its 256 MiB maximum and chunks at 4 GiB, sparse. chute sizes
+meta.zr to its records (growing geometrically) and chunk files to their data; both layouts
+satisfy the same reader rules, so stores move either way.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+from typing import Final
+
+import numpy as np
+
+MAGIC: Final = b"ZREC"
+VERSION: Final = 3
+HEADER = struct.Struct("<4sHHII")  # magic, version, tail_chunk, tail_offset, length
+HEADER_SIZE: Final = HEADER.size
+TAIL_STATE = struct.Struct("<HII")  # the header after magic+version, rewritten on commit
+TAIL_STATE_OFFSET: Final = 6
+
+LOC_DTYPE: Final = np.dtype(
+    [
+        ("offset", "<u4"),
+        ("phys_length", "<u4"),
+        ("logic_length", "<u4"),
+        ("chunk_id", "<u2"),
+        ("codec", "u1"),
+        ("reserved", "u1"),
+    ]
+)
+LOC_SIZE: Final = LOC_DTYPE.itemsize
+
+MAX_RECORD: Final = 1 << 20  # bytes in one record, logical or stored
+MAX_CHUNKS: Final = 1 << 12
+CHUNK_LIMIT: Final = 1 << 32  # a record must end at or below this offset in its chunk
+MAX_RECORDS: Final = MAX_CHUNKS * CHUNK_LIMIT // MAX_RECORD  # 2**24
+LOADERX_META_SIZE: Final = HEADER_SIZE + MAX_RECORDS * LOC_SIZE
+
+META_FILE: Final = "meta.zr"
+DICT_FILE: Final = "dict.zr"
+SCHEMA_FILE: Final = "schema.json"
+SUMS_FILE: Final = "crc32c.chute"
+
+SUMS_MAGIC: Final = b"ZCRC"
+SUMS_VERSION: Final = 1
+# magic, version, then the header state (tail_chunk, tail_offset, length) of meta.zr when the
+# sidecar was last brought in step with it; a different state means another tool wrote since.
+SUMS_HEADER = struct.Struct("<4sHHII16x")
+SUMS_STATE = struct.Struct("<HII")
+SUMS_STATE_OFFSET: Final = 6
+SUMS_DTYPE: Final = np.dtype(
+    [
+        ("crc", "<u4"),
+        ("offset", "<u4"),
+        ("phys_length", "<u4"),
+        ("chunk_id", "<u2"),
+        ("codec", "u1"),
+        ("valid", "u1"),
+    ]
+)
+
+ZSTD_LEVEL: Final = 3
+ZSTD_DICT_LEVEL: Final = 19
+
+
+class Codec(IntEnum):
+    """How one record is stored; the tag is the RecordLoc ``codec`` byte."""
+
+    RAW = 0
+    ZSTD = 1
+    ZSTD_DICT = 2
+
+
+CODEC_NAMES: Final = {"raw": Codec.RAW, "zstd": Codec.ZSTD, "zstd_dict": Codec.ZSTD_DICT}
+
+
+def parse_codec(codec: str | Codec) -> Codec:
+    """Accept a codec name (``"raw"``, ``"zstd"``, ``"zstd_dict"``) or a `Codec`."""
+    if isinstance(codec, Codec):
+        return codec
+    try:
+        return CODEC_NAMES[codec]
+    except (KeyError, TypeError):
+        names = sorted(CODEC_NAMES)
+        raise ValueError(f"unknown codec {codec!r}; expected one of {names}") from None
+
+
+def codec_name(codec: Codec) -> str:
+    return next(name for name, c in CODEC_NAMES.items() if c is codec)
+
+
+def chunk_file(chunk_id: int) -> str:
+    return f"{chunk_id}.zr"
+
+
+def meta_size(capacity: int) -> int:
+    return HEADER_SIZE + capacity * LOC_SIZE

@@ -1,0 +1,134 @@
+"""Dataset indexing and write_dataset, checked against numpy on the same array."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import chute
+from chute import CorruptStoreError, Dataset, StoreNotFoundError, write_dataset
+
+ARRAY = np.arange(40 * 2 * 3, dtype=np.float32).reshape(40, 2, 3) / 7
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    return write_dataset(tmp_path_factory.mktemp("ds") / "a.zr", ARRAY)
+
+
+def test_metadata(ds: Dataset) -> None:
+    assert len(ds) == 40
+    assert ds.shape == (40, 2, 3) and ds.item_shape == (2, 3)
+    assert ds.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        0, 39, -1, -40, np.int64(7),
+        slice(None), slice(3, 17, 4), slice(None, None, -3), slice(50, 60),
+        [3, 1, 3], [], np.array([[1, 2], [3, 39]]), np.arange(40) % 2 == 0,
+        (5, 1), (slice(0, 4), 0, 2), ([1, 2], slice(None), 1),
+    ],
+)  # fmt: skip
+def test_indexing_matches_numpy(ds: Dataset, key: object) -> None:
+    got, want = ds[key], ARRAY[key]  # type: ignore[index]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert np.array_equal(got, want)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    idx=hnp.arrays(
+        np.int64, hnp.array_shapes(max_dims=3, max_side=5), elements=st.integers(-40, 39)
+    )
+)
+def test_index_arrays_keep_their_shape(ds: Dataset, idx: np.ndarray) -> None:
+    assert np.array_equal(ds[idx], ARRAY[idx])
+
+
+def test_getitems_is_a_batch(ds: Dataset) -> None:
+    assert np.array_equal(ds.__getitems__([5, 2, 5]), ARRAY[[5, 2, 5]])
+    assert np.array_equal(ds.__getitems__(np.array([9], np.uint32)), ARRAY[[9]])
+
+
+@pytest.mark.parametrize("key", [1.0, [0.5], np.array([1.0, 2.0]), "a", True])
+def test_bad_index_types(ds: Dataset, key: object) -> None:
+    with pytest.raises((TypeError, IndexError)):
+        ds[key]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("key", [40, -41, [0, 40], np.array([-41]), np.ones(39, bool)])
+def test_out_of_range(ds: Dataset, key: object) -> None:
+    with pytest.raises(IndexError):
+        ds[key]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
+def test_write_from_mmapped_npy(tmp_path: Path, codec: str) -> None:
+    src = (np.random.default_rng(0).random((300, 16, 16)) * 30).astype(np.uint8)
+    np.save(tmp_path / "x.npy", src)
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    ds = write_dataset(tmp_path / "x.zr", mm, codec=codec, chunk_bytes=1000)  # many steps
+    assert np.array_equal(ds[:], src)
+    schema = json.loads((tmp_path / "x.zr" / "schema.json").read_text())
+    assert schema == {
+        "format": "loaderx-zrecord",
+        "version": 1,
+        "dtype": "|u1",
+        "shape": [16, 16],
+        "codec": codec,
+    }
+
+
+def test_scalars_and_other_dtypes(tmp_path: Path) -> None:
+    labels = np.arange(100, dtype=np.int64) * -3
+    ds = write_dataset(tmp_path / "l.zr", labels)
+    assert ds.shape == (100,) and ds[4] == -12 and ds[[1, 2]].tolist() == [-3, -6]
+    big = np.arange(12, dtype=">i4").reshape(3, 4)
+    assert np.array_equal(write_dataset(tmp_path / "b.zr", big)[:], big)
+    assert write_dataset(tmp_path / "lst.zr", [[1, 2], [3, 4]])[1].tolist() == [3, 4]
+
+
+def test_write_refuses_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="1 MiB"):
+        write_dataset(tmp_path / "big.zr", np.zeros((2, 1 << 21), np.uint8))
+    assert not (tmp_path / "big.zr").exists()
+    with pytest.raises(TypeError, match="objects"):
+        write_dataset(tmp_path / "o.zr", np.array([[1, "a"]], dtype=object))
+    with pytest.raises(ValueError, match="axis"):
+        write_dataset(tmp_path / "s.zr", np.float32(3))
+    write_dataset(tmp_path / "x.zr", np.zeros((3, 2)))
+    with pytest.raises(FileExistsError):
+        write_dataset(tmp_path / "x.zr", np.ones((3, 2)))
+    assert write_dataset(tmp_path / "x.zr", np.ones((4, 2)), overwrite=True)[:].sum() == 8
+
+
+def test_schema_mismatch_is_an_error(tmp_path: Path) -> None:
+    write_dataset(tmp_path / "x.zr", np.zeros((5, 4), np.int32))
+    schema = tmp_path / "x.zr" / "schema.json"
+    doc = json.loads(schema.read_text())
+    doc["shape"] = [5]
+    schema.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="schema"):
+        Dataset(tmp_path / "x.zr")[0]
+    schema.write_text("{not json")
+    with pytest.raises(CorruptStoreError, match="JSON"):
+        Dataset(tmp_path / "x.zr")
+    with pytest.raises(StoreNotFoundError):
+        Dataset(tmp_path / "missing.zr")
+
+
+def test_verify_flag_reads_clean_data(tmp_path: Path) -> None:
+    ds = write_dataset(tmp_path / "v.zr", ARRAY)
+    with chute.Dataset(tmp_path / "v.zr", verify=True) as v:
+        assert np.array_equal(v[[3, 4]], ARRAY[[3, 4]])
+    ds.close()
