@@ -10,9 +10,15 @@ import numpy as np
 import pytest
 import zarr
 
-from chute.insitu import BadChunkError, InSituDataset, SplitManifest, open_geometries, split_by_chunk
+from chute.insitu import (
+    BadChunkError,
+    InSituDataset,
+    SplitManifest,
+    open_geometries,
+    split_by_chunk,
+)
 
-from .conftest import CHUNK, N, CountingStore, x_values
+from .conftest import CHUNK, CountingStore, N, x_values
 
 VARS = ["x", "y", "z"]
 
@@ -47,7 +53,9 @@ def test_train_epoch_yields_each_train_sample_once_with_source_values(archive: P
             assert b["x"].shape[0] == len(b["sample_indices"]) <= 10
         seen = np.concatenate(indices(batches))
         assert sorted(seen.tolist()) == m.sample_indices("train").tolist()
-        assert not set(seen.tolist()) & set(m.sample_indices("val").tolist() + m.sample_indices("test").tolist())
+        assert not set(seen.tolist()) & set(
+            m.sample_indices("val").tolist() + m.sample_indices("test").tolist()
+        )
         assert [len(b["y"]) for b in batches[:-1]] == [10] * (len(batches) - 1)
         assert len(ds.train) == len(batches)
 
@@ -63,7 +71,10 @@ def test_eval_views_are_deterministic_and_complete(archive: Path) -> None:
         for b in every:
             check_values(b)
         assert sorted(np.concatenate(indices(every)).tolist()) == list(range(N))
-        assert sorted(np.concatenate(indices(ds.test)).tolist()) == ds.manifest.sample_indices("test").tolist()
+        assert (
+            sorted(np.concatenate(indices(ds.test)).tolist())
+            == ds.manifest.sample_indices("test").tolist()
+        )
 
 
 def test_epochs_shuffle_differently_and_reproducibly(archive: Path) -> None:
@@ -105,8 +116,13 @@ def test_pool_caches_across_epochs_and_splits_while_it_fits(counting: CountingSt
         list(ds.train)
         assert counting.chunk_gets() == {}
         list(ds.all)  # train chunks come from the pool; only val+test are read
-        read = {k.split("/c/")[1].split("/")[0] for k in counting.chunk_gets() if k.startswith("y/")}
-        expected = {str(c) for c in np.concatenate([ds.manifest.chunk_ids("val"), ds.manifest.chunk_ids("test")])}
+        read = {
+            k.split("/c/")[1].split("/")[0] for k in counting.chunk_gets() if k.startswith("y/")
+        }
+        expected = {
+            str(c)
+            for c in np.concatenate([ds.manifest.chunk_ids("val"), ds.manifest.chunk_ids("test")])
+        }
         assert read == expected
         assert ds.stats()["hits"] > 0
 
@@ -115,11 +131,21 @@ def test_memory_stays_within_the_budget(counting: CountingStore) -> None:
     geoms = open_geometries(counting, ["x"])
     per_chunk = geoms["x"].slab_nbytes
     budget = 5 * per_chunk
-    ds = InSituDataset(counting, manifest_of(counting), geoms, batch_size=4, block_chunks=2, cache_budget_bytes=budget)
+    ds = InSituDataset(
+        counting,
+        manifest_of(counting),
+        geoms,
+        batch_size=4,
+        block_chunks=2,
+        cache_budget_bytes=budget,
+    )
     with ds:
         for epoch in range(2):
             ds.set_epoch(epoch)
-            assert sorted(np.concatenate(indices(ds.train)).tolist()) == ds.manifest.sample_indices("train").tolist()
+            assert (
+                sorted(np.concatenate(indices(ds.train)).tolist())
+                == ds.manifest.sample_indices("train").tolist()
+            )
             list(ds.val)
         stats = ds.stats()
     assert 0 < stats["peak_bytes"] <= budget
@@ -139,12 +165,16 @@ def test_shards_are_disjoint_cover_the_split_and_have_equal_batch_counts(tmp_pat
     for epoch in range(2):
         per_rank = []
         for rank in range(3):
-            with InSituDataset(tmp_path / "even.zarr", m, batch_size=5, shard=(rank, 3), block_chunks=2) as ds:
+            with InSituDataset(
+                tmp_path / "even.zarr", m, batch_size=5, shard=(rank, 3), block_chunks=2
+            ) as ds:
                 ds.set_epoch(epoch)
                 per_rank.append(indices(ds.train))
         chunk_sets = [set((np.concatenate(r) // 4).tolist()) for r in per_rank]
         assert all(not (a & b) for i, a in enumerate(chunk_sets) for b in chunk_sets[i + 1 :])
-        assert sorted(np.concatenate([np.concatenate(r) for r in per_rank]).tolist()) == list(range(96))
+        assert sorted(np.concatenate([np.concatenate(r) for r in per_rank]).tolist()) == list(
+            range(96)
+        )
         assert len({len(r) for r in per_rank}) == 1
 
 
@@ -172,7 +202,10 @@ def test_resume_mid_epoch_reproduces_the_remaining_batches(archive: Path) -> Non
         for b in rest:
             check_values(b)
         assert [r["sample_indices"].tolist() for r in rest] == [f.tolist() for f in full[5:]]
-    with dataset(archive, batch_size=8, block_chunks=3) as other, pytest.raises(ValueError, match="order"):
+    with (
+        dataset(archive, batch_size=8, block_chunks=3) as other,
+        pytest.raises(ValueError, match="order"),
+    ):
         other.load_state_dict(state)
 
 
@@ -200,7 +233,9 @@ def test_mmap_pool_under_cache_dir(archive: Path, tmp_path: Path) -> None:
 def test_sharded_chunked_and_compressed_layouts(tmp_path: Path) -> None:
     root = zarr.open_group(str(tmp_path / "lay.zarr"), mode="w")
     vals = x_values(np.arange(70))
-    root.create_array("sharded", shape=(70, 3, 5), chunks=(5, 3, 5), shards=(10, 3, 5), dtype="f4")[:] = vals
+    root.create_array("sharded", shape=(70, 3, 5), chunks=(5, 3, 5), shards=(10, 3, 5), dtype="f4")[
+        :
+    ] = vals
     root.create_array("tiled", shape=(70, 3, 5), chunks=(10, 2, 2), dtype="f4")[:] = vals
     root.create_array(
         "gzip", shape=(70, 3, 5), chunks=(10, 3, 5), dtype="f4", compressors=zarr.codecs.GzipCodec()

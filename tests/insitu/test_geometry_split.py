@@ -29,7 +29,7 @@ def test_geometries_variables_axis_and_urls(archive: Path) -> None:
     geoms = open_geometries(f"file://{archive}", ["z"], sample_axis=1)
     assert geoms["z"].n_samples == N and geoms["z"].sample_shape == (2,)
     single = open_geometries(archive / "x")
-    assert list(single.values())[0].shape == (N, 3, 5)
+    assert next(iter(single.values())).shape == (N, 3, 5)
     with pytest.raises(KeyError, match="nope"):
         open_geometries(archive, ["x", "nope"])
     with pytest.raises(FileNotFoundError):
@@ -84,9 +84,23 @@ def test_reads_the_reference_manifest_format() -> None:
     ("data", "match"),
     [
         ({"n_chunks": 3, "sample_chunk_size": 8, "n_samples": 100, "chunks": {}}, "13"),
-        ({"n_chunks": 2, "sample_chunk_size": 8, "n_samples": 16, "chunks": {"train": [0, 2]}}, "out of range"),
-        ({"n_chunks": 2, "sample_chunk_size": 8, "n_samples": 16, "chunks": {"train": [0], "val": [0]}}, "two splits"),
-        ({"n_chunks": 2, "sample_chunk_size": 8, "n_samples": 16, "chunks": {"dev": [0]}}, "unknown"),
+        (
+            {"n_chunks": 2, "sample_chunk_size": 8, "n_samples": 16, "chunks": {"train": [0, 2]}},
+            "out of range",
+        ),
+        (
+            {
+                "n_chunks": 2,
+                "sample_chunk_size": 8,
+                "n_samples": 16,
+                "chunks": {"train": [0], "val": [0]},
+            },
+            "two splits",
+        ),
+        (
+            {"n_chunks": 2, "sample_chunk_size": 8, "n_samples": 16, "chunks": {"dev": [0]}},
+            "unknown",
+        ),
         ({"n_chunks": 2}, "not a split manifest"),
     ],
 )
@@ -95,7 +109,9 @@ def test_bad_manifests_are_refused(data: dict[str, object], match: str) -> None:
         SplitManifest.from_dict(data)
 
 
-@pytest.mark.parametrize("fractions", [(0.5, 0.5), (0.8, 0.3, 0.1), (-0.1, 0.6, 0.5), (float("nan"), 0.5, 0.5)])
+@pytest.mark.parametrize(
+    "fractions", [(0.5, 0.5), (0.8, 0.3, 0.1), (-0.1, 0.6, 0.5), (float("nan"), 0.5, 0.5)]
+)
 def test_bad_fractions(fractions: tuple[float, ...]) -> None:
     with pytest.raises(ValueError, match="fractions"):
         split_by_chunk(_geom(100, 8), fractions=fractions)  # type: ignore[arg-type]

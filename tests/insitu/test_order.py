@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from chute.insitu import InSituDataset, open_geometries, split_by_chunk
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     n=st.integers(1, 120),
     chunk=st.integers(1, 12),
@@ -30,7 +32,9 @@ def test_sharded_shuffled_epochs_partition_by_chunk(
     m = split_by_chunk(geom, (1.0, 0.0, 0.0))
     ranks = []
     for rank in range(count):
-        with InSituDataset(path, m, batch_size=batch, block_chunks=block, shard=(rank, count)) as ds:
+        with InSituDataset(
+            path, m, batch_size=batch, block_chunks=block, shard=(rank, count)
+        ) as ds:
             ds.set_epoch(epoch)
             batches = list(ds.train)
             for b in batches:
@@ -38,7 +42,9 @@ def test_sharded_shuffled_epochs_partition_by_chunk(
                 np.testing.assert_array_equal(vals, b["sample_indices"])
             ranks.append(batches)
     assert len({len(r) for r in ranks}) == 1  # equal batch counts
-    seen = [np.concatenate([b["sample_indices"] for b in r]) if r else np.zeros(0, int) for r in ranks]
+    seen = [
+        np.concatenate([b["sample_indices"] for b in r]) if r else np.zeros(0, int) for r in ranks
+    ]
     flat = np.concatenate(seen)
     assert len(set(flat.tolist())) == len(flat)  # nothing twice
     chunk_sets = [set((s // chunk).tolist()) for s in seen]

@@ -30,14 +30,21 @@ def test_standard_scaler_fit_on_train_and_applied_once_per_chunk(archive: Path) 
         return {**batch, "x_sum": batch["x"].sum(axis=(1, 2))}
 
     with InSituDataset(
-        archive, m, geoms, batch_size=16, cache_budget_bytes=10**6,
-        chunk_transforms=[scaler, counted], batch_transforms=[add_sum],
+        archive,
+        m,
+        geoms,
+        batch_size=16,
+        cache_budget_bytes=10**6,
+        chunk_transforms=[scaler, counted],
+        batch_transforms=[add_sum],
     ) as ds:
         for epoch in range(2):
             ds.set_epoch(epoch)
             for b in ds.train:
                 idx = b["sample_indices"]
-                expect = ((x_values(idx) - np.float32(scaler.mean["x"])) / np.float32(scaler.std["x"]))
+                expect = (x_values(idx) - np.float32(scaler.mean["x"])) / np.float32(
+                    scaler.std["x"]
+                )
                 np.testing.assert_allclose(b["x"], expect, rtol=1e-6)
                 np.testing.assert_array_equal(b["y"], idx)  # no statistics: passed through
                 np.testing.assert_allclose(b["x_sum"], b["x"].sum(axis=(1, 2)))
@@ -46,9 +53,12 @@ def test_standard_scaler_fit_on_train_and_applied_once_per_chunk(archive: Path) 
 
 def test_shape_changing_chunk_transform_is_refused(archive: Path) -> None:
     geoms = open_geometries(archive, ["y"])
-    with InSituDataset(
-        archive, split_by_chunk(geoms["y"]), geoms, chunk_transforms=[lambda v, c: c[:1]]
-    ) as ds, pytest.raises(ValueError, match="changed the shape"):
+    with (
+        InSituDataset(
+            archive, split_by_chunk(geoms["y"]), geoms, chunk_transforms=[lambda v, c: c[:1]]
+        ) as ds,
+        pytest.raises(ValueError, match="changed the shape"),
+    ):
         list(ds.train)
 
 
@@ -79,5 +89,5 @@ def test_s3_geometry_and_epoch_through_moto(s3_archive: tuple[str, dict[str, Any
 def test_s3_missing_bucket_is_a_clear_error(s3_server: str) -> None:
     from .conftest import S3_OPTIONS
 
-    with pytest.raises(Exception, match="(?i)bucket|not ?found|404"):
+    with pytest.raises(Exception, match=r"(?i)bucket|not ?found|404"):
         open_geometries("s3://no-such-bucket/data.zarr", **S3_OPTIONS, endpoint=s3_server)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._geometry import ArrayGeometry, open_geometries
-from ._plan import OrderSpec, sample_order, slab_use, working_set
+from ._plan import OrderSpec, SlabUse, sample_order, slab_use, working_set
 from ._pool import ChunkPool
 from ._scheduler import END, Engine, PassPlan
 from ._split import SplitManifest
@@ -114,15 +114,15 @@ class InSituDataset:
         if shard is not None:
             index, count = shard
             if count < 1 or not 0 <= index < count:
-                raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
+                raise ValueError(
+                    f"shard must be (index, count) with 0 <= index < count, got {shard}"
+                )
         self.store = CountingStore(open_store(url, **store_kwargs))
         self.geometries = self._check_geometries(
             dict(geometries) if geometries is not None else open_geometries(self.store)
         )
         cores = _cores()
-        stored = max(
-            math.prod(g.stored_chunks) * np.dtype(g.dtype).itemsize for g in self.geometries.values()
-        )
+        stored = self._stored_chunk_nbytes()
         if max_inflight is None:
             max_inflight = 2 * cores
             if isinstance(url, str) and url.startswith("s3://"):
@@ -256,14 +256,24 @@ class InSituDataset:
             c, m = self.config, self.manifest
             spec = OrderSpec(view == "train", c.seed, self._epoch, c.block_chunks, c.shard)
             order = sample_order(m.chunk_ids(view), m.sample_chunk_size, m.n_samples, spec)
-            uses = {
-                name: slab_use(order, c.batch_size, g.sample_chunk_size, g.n_samples, g.sample_nbytes)
-                for name, g in self.geometries.items()
-            }
-            plan = PassPlan(order=order, batch_size=c.batch_size, uses=uses)
+            plan = PassPlan(order=order, batch_size=c.batch_size, uses=self._uses(order, 0))
             self._plans = {k: p for k, p in self._plans.items() if k[1] == self._epoch}
             self._plans[key] = plan
         return plan
+
+    def _uses(self, order: np.ndarray, start: int) -> dict[str, SlabUse]:
+        b = self.config.batch_size
+        return {
+            name: slab_use(order, b, g.sample_chunk_size, g.n_samples, g.sample_nbytes, start)
+            for name, g in self.geometries.items()
+        }
+
+    def _stored_chunk_nbytes(self) -> int:
+        """Decoded bytes of the largest stored object among the variables."""
+        return max(
+            math.prod(g.stored_chunks) * np.dtype(g.dtype).itemsize
+            for g in self.geometries.values()
+        )
 
     def _working_set(self, view: str, *, lookahead: bool) -> int:
         plan = self._plan(view)
@@ -279,10 +289,7 @@ class InSituDataset:
         if start >= full.n_batches:
             start = self._positions[view] = 0
         c = self.config
-        uses = {
-            name: slab_use(full.order, c.batch_size, g.sample_chunk_size, g.n_samples, g.sample_nbytes, start)
-            for name, g in self.geometries.items()
-        } if start else full.uses
+        uses = self._uses(full.order, start) if start else full.uses
         plan = PassPlan(order=full.order, batch_size=c.batch_size, uses=uses, start_batch=start)
         out: queue.Queue[Any] = queue.Queue()
         credits = asyncio.Semaphore(c.prefetch_depth)
@@ -322,9 +329,7 @@ class InSituDataset:
         """The configuration, the memory it holds, and the stage that limits throughput."""
         c = self.config
         batch_bytes = c.batch_size * sum(g.sample_nbytes for g in self.geometries.values())
-        stored = max(
-            math.prod(g.stored_chunks) * np.dtype(g.dtype).itemsize for g in self.geometries.values()
-        )
+        stored = self._stored_chunk_nbytes()
         memory = {
             "pool_budget_bytes": c.cache_budget_bytes,
             "working_set_bytes": self._working_set("train", lookahead=False),
@@ -345,15 +350,15 @@ class InSituDataset:
                 for name, g in self.geometries.items()
             },
             "config": asdict(c),
-            "splits": {v: {"samples": self._view_samples(v), "batches": len(SplitView(self, v))} for v in VIEWS},
+            "splits": {
+                v: {"samples": len(self._plan(v).order), "batches": self._plan(v).n_batches}
+                for v in VIEWS
+            },
             "memory": memory,
             "stats": self.stats(),
             "limiting_stage": stage,
             "why": why,
         }
-
-    def _view_samples(self, view: str) -> int:
-        return len(self._plan(view).order)
 
     def _limiting_stage(self) -> tuple[str, str]:
         wall = self._consumer_wall
@@ -389,7 +394,7 @@ class InSituDataset:
         if not chosen:
             raise ValueError(
                 f"no variable has the manifest's {m.n_samples} samples on its sample axis "
-                f"(have {({n: g.n_samples for n, g in geometries.items()})})"
+                f"(have { ({n: g.n_samples for n, g in geometries.items()}) })"
             )
         return chosen
 
@@ -408,7 +413,9 @@ def _next(out: queue.Queue[Any], future: Any) -> Any:
                     return END
 
 
-def _as_manifest(manifest: SplitManifest | Mapping[str, Any] | str | os.PathLike[str]) -> SplitManifest:
+def _as_manifest(
+    manifest: SplitManifest | Mapping[str, Any] | str | os.PathLike[str],
+) -> SplitManifest:
     if isinstance(manifest, SplitManifest):
         return manifest
     if isinstance(manifest, Mapping):
@@ -420,4 +427,3 @@ def _check_positive(**values: int | None) -> None:
     for name, value in values.items():
         if value is not None and (not isinstance(value, int) or value <= 0):
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-

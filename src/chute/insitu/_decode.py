@@ -80,7 +80,7 @@ class DirectReader:
         if len(codecs) == 1:
             return cls(array, None, counter)
         if len(codecs) == 2 and isinstance(codecs[1], ZstdCodec):
-            from numcodecs import Zstd
+            from numcodecs import Zstd  # type: ignore[import-untyped]
 
             return cls(array, Zstd(), counter)
         return None
@@ -116,7 +116,8 @@ class DirectReader:
             out[...] = src
         else:
             self._zstd.decode(src, out=out)
-        return out.view(self.dtype).reshape(self.chunk_shape)
+        decoded: np.ndarray = out.view(self.dtype).reshape(self.chunk_shape)
+        return decoded
 
 
 def local_root(store: Any) -> str | None:

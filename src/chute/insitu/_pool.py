@@ -24,7 +24,9 @@ class Slab:
     planned: int | None = None  # next batch of the running pass that needs it
     data: np.ndarray | None = None
     buffer: np.ndarray | None = None  # flat uint8 storage handed out for decoding into
-    ready: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    ready: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
 
 @dataclass

@@ -13,7 +13,7 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -98,7 +98,9 @@ class Engine:
         self._executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="chute-insitu")
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(self._executor)
-        self._thread = threading.Thread(target=self.loop.run_forever, name="chute-insitu-loop", daemon=True)
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="chute-insitu-loop", daemon=True
+        )
         self._thread.start()
         self._sem: asyncio.Semaphore | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -214,7 +216,8 @@ class Engine:
                 shape[g.sample_axis] = first.stop - first.start
                 data = np.empty(shape, dtype=g.dtype)
                 results = await asyncio.gather(
-                    *(self._read(name, sel, coords) for sel, coords in parts), return_exceptions=True
+                    *(self._read(name, sel, coords) for sel, coords in parts),
+                    return_exceptions=True,
                 )
                 for (sel, coords), part in zip(parts, results, strict=True):
                     if isinstance(part, BaseException):
@@ -223,7 +226,9 @@ class Engine:
                     local[g.sample_axis] = slice(None)
                     data[tuple(local)] = part
         except Exception as exc:
-            coords, cause = (exc.coords, exc.cause) if isinstance(exc, _PartError) else (parts[0][1], exc)
+            coords, cause = parts[0][1], exc
+            if isinstance(exc, _PartError):
+                coords, cause = exc.coords, exc.cause
             error = BadChunkError(self.chunk_key(name, coords), cause)
             if self.on_bad_chunk == "raise":
                 raise error from cause
@@ -237,7 +242,8 @@ class Engine:
             out = t(name, data)
             if out.shape != data.shape:
                 raise ValueError(
-                    f"chunk transform {t!r} changed the shape of {name!r} from {data.shape} to {out.shape}"
+                    f"chunk transform {t!r} changed the shape of {name!r} "
+                    f"from {data.shape} to {out.shape}"
                 )
             data = out
         self.times.transform += time.perf_counter() - start
@@ -249,7 +255,9 @@ class Engine:
         """Start producing ``plan``'s batches into ``out``; returns a concurrent future."""
         return asyncio.run_coroutine_threadsafe(self._pass(plan, out, credits), self.loop)
 
-    async def _pass(self, plan: PassPlan, out: queue.Queue[Any], credits: asyncio.Semaphore) -> None:
+    async def _pass(
+        self, plan: PassPlan, out: queue.Queue[Any], credits: asyncio.Semaphore
+    ) -> None:
         progress = _Progress(batch=plan.start_batch)
         admitted = asyncio.Event()
         launcher = asyncio.get_running_loop().create_task(self._admit_all(plan, progress, admitted))
@@ -294,7 +302,9 @@ class Engine:
                 self.pool.unpin(slab)
             progress.slabs.clear()
 
-    async def _admit_all(self, plan: PassPlan, progress: _Progress, admitted: asyncio.Event) -> None:
+    async def _admit_all(
+        self, plan: PassPlan, progress: _Progress, admitted: asyncio.Event
+    ) -> None:
         """Admit every slab of the pass in first-use order, fetching the misses."""
         names = list(plan.uses)
         firsts = np.concatenate([plan.uses[n].first for n in names])
@@ -314,9 +324,7 @@ class Engine:
                 admitted.set()
             slab = self.pool.lookup(key)
             if slab is None:
-                slab = await self.pool.admit(
-                    key, int(use.nbytes[rows[k]]), lambda f=first: f <= progress.batch
-                )
+                slab = await self.pool.admit(key, int(use.nbytes[rows[k]]), _due(first, progress))
                 task = asyncio.get_running_loop().create_task(self._fetch(slab))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -361,6 +369,11 @@ class Engine:
             batch = t(batch)
         self.times.gather += time.perf_counter() - start
         return batch
+
+
+def _due(first: int, progress: _Progress) -> Callable[[], bool]:
+    """Whether the pass has reached the batch that first needs a slab."""
+    return lambda: first <= progress.batch
 
 
 class _PartError(Exception):

@@ -38,10 +38,10 @@ class SplitManifest:
                 f"n_samples={self.n_samples}"
             )
         if self.n_chunks != math.ceil(self.n_samples / self.sample_chunk_size):
+            expected = math.ceil(self.n_samples / self.sample_chunk_size)
             raise ValueError(
-                f"bad manifest: {self.n_samples} samples in chunks of "
-                f"{self.sample_chunk_size} make {math.ceil(self.n_samples / self.sample_chunk_size)}"
-                f" chunks, not n_chunks={self.n_chunks}"
+                f"bad manifest: {self.n_samples} samples in chunks of {self.sample_chunk_size} "
+                f"make {expected} chunks, not n_chunks={self.n_chunks}"
             )
         unknown = set(self.chunks) - set(SPLITS)
         if unknown:
@@ -159,7 +159,7 @@ def split_by_chunk(
     if not contiguous:
         order = np.random.default_rng(seed).permutation(n)
     bounds = np.cumsum([0, *counts])
-    chunks = {
+    chunks: dict[str, tuple[int, ...]] = {
         name: tuple(int(i) for i in np.sort(order[bounds[k] : bounds[k + 1]]))
         for k, name in enumerate(SPLITS)
     }

@@ -33,7 +33,9 @@ class StandardScaler:
 
     def __post_init__(self) -> None:
         if set(self.mean) != set(self.std):
-            raise ValueError(f"mean and std name different variables: {set(self.mean) ^ set(self.std)}")
+            raise ValueError(
+                f"mean and std name different variables: {set(self.mean) ^ set(self.std)}"
+            )
         bad = [k for k, s in self.std.items() if not np.isfinite(s) or s <= 0]
         if bad:
             raise ValueError(f"std must be finite and positive; not for {bad}")
@@ -74,7 +76,9 @@ class StandardScaler:
         ids = manifest.chunk_ids(split)
         if len(ids) == 0:
             raise ValueError(f"split {split!r} has no chunks to fit on")
-        picked = np.random.default_rng(seed).choice(ids, size=min(n_chunks, len(ids)), replace=False)
+        picked = np.random.default_rng(seed).choice(
+            ids, size=min(n_chunks, len(ids)), replace=False
+        )
         mean: dict[str, float] = {}
         std: dict[str, float] = {}
         for name, geom in geoms.items():
