@@ -226,9 +226,8 @@ class Engine:
                     local[g.sample_axis] = slice(None)
                     data[tuple(local)] = part
         except Exception as exc:
-            coords, cause = parts[0][1], exc
-            if isinstance(exc, _PartError):
-                coords, cause = exc.coords, exc.cause
+            coords = exc.coords if isinstance(exc, _PartError) else parts[0][1]
+            cause = exc.cause if isinstance(exc, _PartError) else exc
             error = BadChunkError(self.chunk_key(name, coords), cause)
             if self.on_bad_chunk == "raise":
                 raise error from cause
