@@ -29,6 +29,7 @@ from ._pool import ChunkPool, Slab
 from ._transforms import Batch, BatchTransform, ChunkTransform
 
 END = object()  # end-of-pass marker on the batch queue
+_ROW_COPY_BYTES = 16 << 10  # samples at least this big are gathered row by row
 
 
 class BadChunkError(RuntimeError):
@@ -288,7 +289,10 @@ class Engine:
                 for name, use in plan.uses.items():
                     for s in use.slab[use.last == b]:
                         self.pool.unpin(progress.slabs.pop((name, int(s))))
-                out.put(batch)
+                if len(batch["sample_indices"]):  # every sample was in a skipped bad chunk
+                    out.put(batch)
+                else:
+                    credits.release()
             out.put(END)
         except BaseException as exc:
             out.put(exc if isinstance(exc, Exception) else END)
@@ -358,9 +362,14 @@ class Engine:
             for lo, hi in zip(
                 np.concatenate([[0], bounds]), np.concatenate([bounds, [len(ids)]]), strict=True
             ):
-                if hi > lo:
-                    data = slabs[(n, int(ids[lo]))].data
-                    assert data is not None
+                if hi == lo:
+                    continue
+                data = slabs[(n, int(ids[lo]))].data
+                assert data is not None
+                if g.sample_nbytes >= _ROW_COPY_BYTES:  # big rows: one memcpy each is fastest
+                    for k in range(lo, hi):
+                        out[k] = data[offs[k]]
+                else:
                     np.take(data, offs[lo:hi], axis=0, out=out[lo:hi], mode="clip")
             batch[n] = out
         batch["sample_indices"] = idx
