@@ -26,7 +26,6 @@ from ._transforms import Batch, BatchTransform, ChunkTransform
 
 ViewName = Literal["train", "val", "test", "all"]
 VIEWS: tuple[ViewName, ...] = ("train", "val", "test", "all")
-DEFAULT_BLOCK_CHUNKS = 16
 REMOTE_INFLIGHT_BYTES = 64 << 20  # bytes in flight that hide object-store latency
 
 
@@ -130,9 +129,10 @@ class InSituDataset:
         block_bytes = self.manifest.sample_chunk_size * sum(
             g.sample_nbytes for g in self.geometries.values()
         )
-        min_block = max(2, math.ceil(batch_size / self.manifest.sample_chunk_size))
         if block_chunks is None:
-            block_chunks = max(DEFAULT_BLOCK_CHUNKS, min_block)
+            block_chunks = _default_block_chunks(
+                cores, max_inflight, batch_size, self.manifest.sample_chunk_size
+            )
             if cache_budget_bytes is not None:
                 block_chunks = max(1, min(block_chunks, cache_budget_bytes // (2 * block_bytes)))
         self._epoch = 0
@@ -153,7 +153,7 @@ class InSituDataset:
             on_bad_chunk=on_bad_chunk,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
         )
-        needed = max(self._working_set(v, lookahead=False) for v in VIEWS)
+        needed = max(self._required_bytes(v) for v in VIEWS)
         if cache_budget_bytes is None:
             budget = max(max(self._working_set(v, lookahead=True) for v in VIEWS), 1)
             self.config = replace(self.config, cache_budget_bytes=budget)
@@ -274,6 +274,29 @@ class InSituDataset:
             math.prod(g.stored_chunks) * np.dtype(g.dtype).itemsize
             for g in self.geometries.values()
         )
+
+    def _required_bytes(self, view: str) -> int:
+        """Bytes a pass over ``view`` must hold at once, in any epoch.
+
+        A deterministic pass is the same every epoch, so its plan says exactly. A shuffled
+        pass holds a window's slabs from its first batch to its last, so at most the
+        windows one batch can touch are alive: bounded without knowing the permutation.
+        """
+        if view != "train":
+            return self._working_set(view, lookahead=False)
+        c, m = self.config, self.manifest
+        window = c.block_chunks * m.sample_chunk_size
+        windows = math.ceil(c.batch_size / window) + 1
+        per_chunk = sum(  # slabs of each variable one manifest chunk can touch
+            (
+                math.ceil(m.sample_chunk_size / g.sample_chunk_size)
+                + (m.sample_chunk_size % g.sample_chunk_size > 0)
+            )
+            * g.slab_nbytes
+            for g in self.geometries.values()
+        )
+        bound = windows * c.block_chunks * per_chunk
+        return min(bound, sum(g.slab_nbytes * g.n_chunks for g in self.geometries.values()))
 
     def _working_set(self, view: str, *, lookahead: bool) -> int:
         plan = self._plan(view)
@@ -397,6 +420,14 @@ class InSituDataset:
                 f"(have { ({n: g.n_samples for n, g in geometries.items()}) })"
             )
         return chosen
+
+
+def _default_block_chunks(cores: int, max_inflight: int, batch_size: int, chunk: int) -> int:
+    """The shuffle window, in chunks: four per core, so the first batch (which needs the
+    whole first window decoded) costs about four chunk decodes on any machine; at least
+    half the read budget, so the reads of the next window keep ``max_inflight`` busy; and
+    at least two batches, so a batch draws from a window's worth of chunks."""
+    return max(4 * cores, math.ceil(max_inflight / 2), 2 * math.ceil(batch_size / chunk))
 
 
 def _next(out: queue.Queue[Any], future: Any) -> Any:

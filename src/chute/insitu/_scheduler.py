@@ -259,6 +259,10 @@ class Engine:
         self, plan: PassPlan, out: queue.Queue[Any], credits: asyncio.Semaphore
     ) -> None:
         progress = _Progress(batch=plan.start_batch)
+        releases = {}  # per variable: slabs sorted by the batch after which they are free
+        for name, use in plan.uses.items():
+            by_last = np.argsort(use.last, kind="stable")
+            releases[name] = (use.slab[by_last], use.last[by_last])
         admitted = asyncio.Event()
         launcher = asyncio.get_running_loop().create_task(self._admit_all(plan, progress, admitted))
         self._tasks.add(launcher)
@@ -286,8 +290,9 @@ class Engine:
                 for slab in needed:
                     if slab.planned is not None and slab.planned <= b:
                         slab.planned = None
-                for name, use in plan.uses.items():
-                    for s in use.slab[use.last == b]:
+                for name, (slabs, lasts) in releases.items():
+                    lo, hi = np.searchsorted(lasts, [b, b + 1])
+                    for s in slabs[lo:hi]:
                         self.pool.unpin(progress.slabs.pop((name, int(s))))
                 if len(batch["sample_indices"]):  # every sample was in a skipped bad chunk
                     out.put(batch)
