@@ -316,3 +316,46 @@ def test_interleaved_views_share_one_pool(counting: CountingStore) -> None:
             every.append(b["sample_indices"])
         train.extend(indices(ds.train) if not train else [])
         assert max(counting.chunk_gets().values()) == 1  # one decode serves both passes
+
+
+def test_views_iterated_from_two_threads_at_once(archive: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with dataset(archive, batch_size=6, block_chunks=2) as ds:
+
+        def run(view: str) -> list[int]:
+            seen: list[int] = []
+            for b in getattr(ds, view):
+                check_values(b)
+                seen.extend(b["sample_indices"].tolist())
+            return sorted(seen)
+
+        with ThreadPoolExecutor(2) as pool:
+            train, every = pool.map(run, ["train", "all"])
+        assert train == ds.manifest.sample_indices("train").tolist()
+        assert every == list(range(N))
+
+
+def test_closing_mid_pass_ends_the_iterator_with_an_error(archive: Path) -> None:
+    ds = dataset(archive, batch_size=4, block_chunks=2)
+    it = iter(ds.train)
+    next(it)
+    ds.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        list(it)
+    with pytest.raises(RuntimeError, match="closed"):
+        next(iter(ds.val))
+    ds.close()  # idempotent
+
+
+def test_truncated_chunk_is_a_bad_chunk_and_a_missing_one_is_fill(archive: Path) -> None:
+    key = archive / "x" / "c" / "4" / "0" / "0"
+    key.write_bytes(key.read_bytes()[:-7])
+    (archive / "y" / "c" / "5").unlink()  # zarr reads an absent chunk as the fill value
+    with dataset(archive, batch_size=8) as ds, pytest.raises(BadChunkError, match="x/c/4/0/0"):
+        list(ds.all)
+    with dataset(archive, batch_size=8, on_bad_chunk="skip") as ds:
+        for b in ds.all:
+            idx = b["sample_indices"]
+            assert not np.any(idx // CHUNK == 4)
+            np.testing.assert_array_equal(b["y"], np.where(idx // CHUNK == 5, 0, idx))

@@ -307,6 +307,8 @@ class InSituDataset:
         return working_set(list(plan.uses.values()), plan.n_batches, ahead)
 
     def _iterate(self, view: str) -> Iterator[Batch]:
+        if self._engine.closed:
+            raise RuntimeError("this InSituDataset is closed")
         full = self._plan(view)
         start = self._positions[view]
         if start >= full.n_batches:

@@ -121,7 +121,12 @@ class Engine:
         self._direct = {name: DirectReader.for_array(arr) for name, arr in arrays.items()}
         return arrays
 
+    @property
+    def closed(self) -> bool:
+        return self.loop.is_closed()
+
     def close(self) -> None:
+        """Cancel every pass and read, stop the loop and the thread pool."""
         if self.loop.is_closed():
             return
 
@@ -258,6 +263,9 @@ class Engine:
     async def _pass(
         self, plan: PassPlan, out: queue.Queue[Any], credits: asyncio.Semaphore
     ) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        self._tasks.add(me)
         progress = _Progress(batch=plan.start_batch)
         releases = {}  # per variable: slabs sorted by the batch after which they are free
         for name, use in plan.uses.items():
@@ -299,10 +307,14 @@ class Engine:
                 else:
                     credits.release()
             out.put(END)
-        except BaseException as exc:
-            out.put(exc if isinstance(exc, Exception) else END)
+        except asyncio.CancelledError:
+            out.put(RuntimeError("the dataset was closed during this pass"))
+            raise
+        except Exception as exc:
+            out.put(exc)
             raise
         finally:
+            self._tasks.discard(me)
             launcher.cancel()
             await asyncio.gather(launcher, return_exceptions=True)
             self._tasks.discard(launcher)
