@@ -71,9 +71,9 @@ class DirectReader:
         codecs = tuple(array.metadata.codecs)
         if array.shards is not None or not codecs or not isinstance(codecs[0], BytesCodec):
             return None
-        endian = codecs[0].endian
+        endian = getattr(codecs[0].endian, "value", codecs[0].endian)  # an enum before zarr 3.2
         itemsize = np.dtype(array.dtype).itemsize
-        if endian is not None and endian.value != sys.byteorder and itemsize > 1:
+        if endian is not None and endian != sys.byteorder and itemsize > 1:
             return None
         store = array.store_path.store
         counter = store if isinstance(store, CountingStore) else None
