@@ -393,11 +393,11 @@ class InSituDataset:
         waiting = self._consumer_wait / wall
         if waiting < 0.1:
             return "consumer", f"the consumer waited {waiting:.0%} of the time: the loader keeps up"
-        fetch = self.store.seconds
+        threads = wall * c.decode_threads
         load = {
-            "fetch": fetch / (wall * c.max_inflight),
-            "decode": max(t.read - fetch, 0.0) / (wall * c.decode_threads),
-            "transform+assemble": (t.transform + t.gather) / wall,
+            "fetch": self.store.seconds / (wall * c.max_inflight),
+            "decode": t.decode / threads,
+            "transform+assemble": (t.transform + t.gather) / threads,
         }
         stage = max(load, key=lambda k: load[k])
         busy = ", ".join(f"{k} {v:.0%}" for k, v in load.items())

@@ -53,7 +53,13 @@ def _read_file(path: str) -> memoryview | None:
 class DirectReader:
     """Fetch + decode of one whole stored chunk of a plain or zstd-compressed array."""
 
-    def __init__(self, array: Any, zstd: Any | None, counter: CountingStore | None) -> None:
+    def __init__(
+        self,
+        array: Any,
+        zstd: Any | None,
+        counter: CountingStore | None,
+        on_decode: Callable[[float], None],
+    ) -> None:
         store = array.store_path.store
         self._prefix = f"{array.store_path.path}/" if array.store_path.path else ""
         self._store = store
@@ -61,13 +67,15 @@ class DirectReader:
         self._counter = counter
         self._metadata = array.metadata
         self._zstd = zstd
+        self._on_decode = on_decode
         self.chunk_shape = tuple(int(c) for c in array.chunks)
         self.dtype = np.dtype(array.dtype)
         self.nbytes = int(np.prod(self.chunk_shape)) * self.dtype.itemsize
 
     @classmethod
-    def for_array(cls, array: Any) -> DirectReader | None:
-        """A reader if ``array``'s codecs allow a direct read, else ``None``."""
+    def for_array(cls, array: Any, on_decode: Callable[[float], None]) -> DirectReader | None:
+        """A reader if ``array``'s codecs allow a direct read, else ``None``;
+        ``on_decode(seconds)`` is told the time spent decompressing each chunk."""
         codecs = tuple(array.metadata.codecs)
         if array.shards is not None or not codecs or not isinstance(codecs[0], BytesCodec):
             return None
@@ -78,11 +86,11 @@ class DirectReader:
         store = array.store_path.store
         counter = store if isinstance(store, CountingStore) else None
         if len(codecs) == 1:
-            return cls(array, None, counter)
+            return cls(array, None, counter, on_decode)
         if len(codecs) == 2 and isinstance(codecs[1], ZstdCodec):
             from numcodecs import Zstd  # type: ignore[import-untyped]
 
-            return cls(array, Zstd(), counter)
+            return cls(array, Zstd(), counter, on_decode)
         return None
 
     async def read(
@@ -110,12 +118,14 @@ class DirectReader:
         return self._decode(np.frombuffer(src, dtype=np.uint8), buffer())
 
     def _decode(self, src: np.ndarray, out: np.ndarray) -> np.ndarray:
+        start = time.perf_counter()
         if self._zstd is None:
             if src.nbytes != out.nbytes:
                 raise ValueError(f"stored chunk has {src.nbytes} bytes, expected {out.nbytes}")
             out[...] = src
         else:
             self._zstd.decode(src, out=out)
+        self._on_decode(time.perf_counter() - start)
         decoded: np.ndarray = out.view(self.dtype).reshape(self.chunk_shape)
         return decoded
 

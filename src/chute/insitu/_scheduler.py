@@ -40,15 +40,18 @@ class BadChunkError(RuntimeError):
         self.key = key
 
 
-@dataclass
 class StageTimes:
     """Seconds spent per stage, summed over threads (for ``describe``)."""
 
-    read: float = 0.0  # fetch + decode inside zarr, per stored chunk
-    transform: float = 0.0
-    gather: float = 0.0
-    consumer_wait: float = 0.0
-    wall: float = 0.0
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.decode = 0.0  # decompression; a chunk read through zarr counts whole here
+        self.transform = 0.0
+        self.gather = 0.0
+
+    def add(self, stage: Literal["decode", "transform", "gather"], seconds: float) -> None:
+        with self._lock:
+            setattr(self, stage, getattr(self, stage) + seconds)
 
 
 @dataclass
@@ -118,12 +121,17 @@ class Engine:
             name: await zarr.api.asynchronous.open_array(store=store, path=g.path, mode="r")
             for name, g in self.geometries.items()
         }
-        self._direct = {name: DirectReader.for_array(arr) for name, arr in arrays.items()}
+        self._direct = {
+            name: DirectReader.for_array(arr, self._decoded) for name, arr in arrays.items()
+        }
         return arrays
 
     @property
     def closed(self) -> bool:
         return self.loop.is_closed()
+
+    def _decoded(self, seconds: float) -> None:
+        self.times.add("decode", seconds)
 
     def close(self) -> None:
         """Cancel every pass and read, stop the loop and the thread pool."""
@@ -174,7 +182,6 @@ class Engine:
         buffer when the chunk is the whole slab."""
         assert self._sem is not None
         async with self._sem:
-            start = time.perf_counter()
             direct = self._direct[name]
             data = None
             if direct is not None and all(
@@ -188,8 +195,9 @@ class Engine:
                     else (lambda: np.empty(size, dtype=np.uint8)),
                 )
             if data is None:
+                start = time.perf_counter()
                 data = np.asarray(await self.arrays[name].getitem(selection))
-            self.times.read += time.perf_counter() - start
+                self.times.add("decode", time.perf_counter() - start)
             return data
 
     async def _fetch(self, slab: Slab) -> None:
@@ -251,7 +259,7 @@ class Engine:
                     f"from {data.shape} to {out.shape}"
                 )
             data = out
-        self.times.transform += time.perf_counter() - start
+        self.times.add("transform", time.perf_counter() - start)
         return data
 
     # -- a pass ----------------------------------------------------------------------
@@ -392,7 +400,7 @@ class Engine:
         batch["sample_indices"] = idx
         for t in self.batch_transforms:
             batch = t(batch)
-        self.times.gather += time.perf_counter() - start
+        self.times.add("gather", time.perf_counter() - start)
         return batch
 
 
