@@ -359,3 +359,14 @@ def test_truncated_chunk_is_a_bad_chunk_and_a_missing_one_is_fill(archive: Path)
             idx = b["sample_indices"]
             assert not np.any(idx // CHUNK == 4)
             np.testing.assert_array_equal(b["y"], np.where(idx // CHUNK == 5, 0, idx))
+
+
+def test_file_url_reads_the_same_as_a_plain_path(archive: Path) -> None:
+    m = manifest_of(archive)
+    with (
+        InSituDataset(f"file://{archive}", m, batch_size=16) as a,
+        InSituDataset(str(archive), m, batch_size=16) as b,
+    ):
+        for x, y in zip(a.train, b.train, strict=True):
+            np.testing.assert_array_equal(x["sample_indices"], y["sample_indices"])
+            np.testing.assert_array_equal(x["x"], y["x"])

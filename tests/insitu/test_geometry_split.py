@@ -143,3 +143,18 @@ def test_splits_partition_whole_chunks(
     assert sorted(samples.tolist()) == list(range(n))
     if contiguous:
         assert all(len(m.ranges(s)) <= 1 for s in ("train", "val", "test"))
+
+
+def test_manifest_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "m.json"
+    old = split_by_chunk(_geom(N, CHUNK))
+    old.to_json(path)
+    new = split_by_chunk(_geom(N, CHUNK), contiguous=False, seed=3)
+
+    def crash(src: object, dst: object) -> None:
+        raise OSError("simulated crash before the rename")
+
+    monkeypatch.setattr("os.replace", crash)
+    with pytest.raises(OSError, match="simulated"):
+        new.to_json(path)
+    assert SplitManifest.from_json(path) == old  # the committed manifest still opens
