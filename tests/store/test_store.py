@@ -340,3 +340,30 @@ def test_threads_share_a_store(store_path: Path) -> None:
     assert len(writer) == 4 * 40 * 5
     writer.close()
     reader.close()
+
+
+def test_exit_with_stores_open_and_threads_gathering(store_path: Path) -> None:
+    """Interpreter exit while daemon threads are inside gather, stores never closed."""
+    import subprocess
+    import sys
+
+    with RecordStore(store_path, mode="w") as s:
+        s.append(np.arange(200 * 4096, dtype=np.uint8).reshape(200, 4096) % 7)
+    script = f"""
+import threading, numpy as np
+from chute import RecordStore
+store = RecordStore({str(store_path)!r})
+writer_dir = {str(store_path.parent / "w.zr")!r}
+w = RecordStore(writer_dir, mode="w")
+w.append([b"x" * 100])
+def spin():
+    idx = np.arange(200)
+    while True:
+        store.gather(idx)
+for _ in range(4):
+    threading.Thread(target=spin, daemon=True).start()
+store.gather(np.arange(200))
+"""
+    for _ in range(5):
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr.decode()

@@ -1,0 +1,440 @@
+"""In-place Zarr loader benchmark: chute.insitu against insitubatch 0.2.0, plain zarr and torch.
+
+Workload (the issue's): a local Zarr v3 array of 2000 x 181 x 360 float32 standard-normal
+values in (8, 181, 360) zstd chunks; train split 0.8, batch 32. Every engine runs in its own
+process (so peak RSS is its own), side by side in one run, and is reported as a ratio to
+insitubatch's defaults, since the machines here are shared and noisy. insitubatch needs
+Python 3.12: it runs from a venv under bench/data/ that this script makes if missing.
+
+    python bench/insitu.py [--reps 3] [--s3] [--plot]
+
+Writes bench/results/insitu.md (and insitu.png with --plot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent
+DATA = ROOT / "data" / "insitu"
+ARCHIVE = DATA / "era5.zarr"
+PEER_VENV = DATA / "venv-insitubatch"
+RESULTS = ROOT / "results"
+SHAPE, CHUNKS = (2000, 181, 360), (8, 181, 360)
+BATCH = 32
+CAPPED = 256  # samples per epoch for the per-sample engines (they are 10x slower)
+S3_OPTIONS = {
+    "region": "us-east-1",
+    "access_key_id": "bench",
+    "secret_access_key": "bench",
+    "client_options": {"allow_http": True},
+}
+
+
+# -- data -----------------------------------------------------------------------------------
+
+
+def make_archive() -> None:
+    """Write the workload once (about 460 MB on disk)."""
+    if (ARCHIVE / "t2m" / "zarr.json").exists():
+        return
+    import zarr
+    from zarr.codecs import ZstdCodec
+
+    root = zarr.open_group(str(ARCHIVE), mode="w")
+    arr = root.create_array(
+        "t2m", shape=SHAPE, chunks=CHUNKS, dtype="f4", compressors=ZstdCodec(level=3)
+    )
+    rng = np.random.default_rng(0)
+    for start in range(0, SHAPE[0], 200):
+        arr[start : start + 200] = rng.standard_normal((200, *SHAPE[1:]), dtype=np.float32)
+
+
+def peer_python() -> Path:
+    """The Python 3.12 venv with insitubatch 0.2.0 (made on first use)."""
+    exe = PEER_VENV / "bin" / "python"
+    if not exe.exists():
+        py312 = shutil.which("python3.12") or str(Path.home() / ".pyenv/versions/3.12.1/bin/python")
+        subprocess.run([py312, "-m", "venv", str(PEER_VENV)], check=True)
+        subprocess.run(
+            [str(exe), "-m", "pip", "install", "-q", "insitubatch==0.2.0", "psutil"], check=True
+        )
+    return exe
+
+
+# -- measuring inside a worker ------------------------------------------------------------------
+
+
+class PeakRss:
+    """Peak resident memory of this process and its children, sampled every 10 ms."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._proc = psutil.Process()
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            try:
+                procs = [self._proc, *self._proc.children(recursive=True)]
+                self.peak = max(self.peak, sum(p.memory_info().rss for p in procs))
+            except Exception:  # a child exiting mid-sample
+                continue
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return max(self.peak, own)
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and its reaped children (DataLoader workers)."""
+    import psutil
+
+    t = psutil.Process().cpu_times()
+    return float(t.user + t.system + t.children_user + t.children_system)
+
+
+def measure(epochs: Callable[[int], Iterator[np.ndarray]], n_epochs: int = 2) -> dict[str, Any]:
+    """MB/s per epoch, MB per CPU-second (insensitive to other load on the machine) and
+    time to the first batch of epoch 0, from a batch generator."""
+    out: dict[str, Any] = {}
+    for epoch in range(n_epochs):
+        start, cpu = time.perf_counter(), cpu_seconds()
+        nbytes, first = 0, None
+        for arr in epochs(epoch):
+            if first is None:
+                first = time.perf_counter() - start
+            nbytes += arr.nbytes
+        elapsed = time.perf_counter() - start
+        out[f"epoch{epoch}_mbps"] = nbytes / elapsed / 1e6
+        if epoch == 0:
+            out["first_batch_ms"] = (first or 0.0) * 1e3
+            out["epoch0_mb_per_cpu_s"] = nbytes / max(cpu_seconds() - cpu, 1e-9) / 1e6
+    return out
+
+
+def worker_chute(url: str, options: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+    from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+
+    geoms = open_geometries(url, ["t2m"], **options)
+    manifest = split_by_chunk(geoms["t2m"], (0.8, 0.1, 0.1))
+    ds = InSituDataset(url, manifest, geoms, batch_size=BATCH, **kw, **options)
+
+    def epochs(epoch: int) -> Iterator[np.ndarray]:
+        ds.set_epoch(epoch)
+        return (b["t2m"] for b in ds.train)
+
+    result = measure(epochs)
+    info = ds.describe()
+    result["limiting_stage"] = info["limiting_stage"]
+    result["config"] = {k: info["config"][k] for k in ("max_inflight", "block_chunks")}
+    ds.close()
+    return result
+
+
+def worker_insitubatch(url: str, options: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+    import insitubatch
+    from insitubatch.source import InSituDataset
+
+    if "://" not in url:
+        url = Path(url).absolute().as_uri()
+    store = insitubatch.obstore_store(url, **options)
+    geoms = insitubatch.open_geometries(store, ["t2m"])
+    manifest = insitubatch.split_by_chunk(geoms["t2m"], fractions=(0.8, 0.1, 0.1))
+    ds = InSituDataset(store, manifest, geoms, batch_size=BATCH, **kw)
+
+    def epochs(epoch: int) -> Iterator[np.ndarray]:
+        ds.set_epoch(epoch)
+        return (b.arrays["t2m"] for b in ds.train)
+
+    result = measure(epochs)
+    ds.close()
+    return result
+
+
+def _train_indices(epoch: int) -> np.ndarray:
+    n_train = round(0.8 * SHAPE[0] / CHUNKS[0]) * CHUNKS[0]
+    return np.random.default_rng(epoch).permutation(n_train)[:CAPPED]
+
+
+def worker_zarr(url: str, options: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+    import zarr
+
+    arr = zarr.open_array(url, path="t2m", mode="r")
+
+    def epochs(epoch: int) -> Iterator[np.ndarray]:
+        batch: list[np.ndarray] = []
+        for i in _train_indices(epoch):
+            batch.append(np.asarray(arr[int(i)]))
+            if len(batch) == BATCH:
+                yield np.stack(batch)
+                batch = []
+
+    return measure(epochs)
+
+
+class _ZarrSamples:
+    """A map-style dataset reading one sample per ``__getitem__`` (opened per worker)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._arr: Any = None
+
+    def __len__(self) -> int:
+        return SHAPE[0]
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if self._arr is None:
+            import zarr
+
+            self._arr = zarr.open_array(self.url, path="t2m", mode="r")
+        return np.asarray(self._arr[i])
+
+
+def worker_torch(url: str, options: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from torch.utils.data import DataLoader
+
+    torch.set_num_threads(1)
+
+    def epochs(epoch: int) -> Iterator[np.ndarray]:
+        loader = DataLoader(
+            _ZarrSamples(url),
+            batch_size=BATCH,
+            sampler=[int(i) for i in _train_indices(epoch)],
+            num_workers=2,
+        )
+        return (b.numpy() for b in loader)
+
+    return measure(epochs)
+
+
+WORKERS = {
+    "chute": worker_chute,
+    "insitubatch": worker_insitubatch,
+    "zarr": worker_zarr,
+    "torch": worker_torch,
+}
+
+
+def worker_main(engine: str, url: str, options: str, kw: str) -> None:
+    rss = PeakRss()
+    result = WORKERS[engine](url, json.loads(options), json.loads(kw))
+    result["peak_rss_mb"] = rss.stop() / 2**20
+    print("RESULT " + json.dumps(result))
+
+
+# -- the driver -----------------------------------------------------------------------------------
+
+
+def run_engine(
+    engine: str, url: str, options: dict[str, Any] | None = None, kw: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    python = str(peer_python()) if engine == "insitubatch" else sys.executable
+    args = [engine, url, json.dumps(options or {}), json.dumps(kw or {})]
+    cmd = [python, __file__, "--worker", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result: dict[str, Any] = json.loads(line[7:])
+            return result
+    raise RuntimeError(f"{engine} {kw} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = ("epoch0_mbps", "epoch1_mbps", "first_batch_ms", "peak_rss_mb", "epoch0_mb_per_cpu_s")
+    out = {k: statistics.median(r[k] for r in runs) for k in keys}
+    out.update({k: v for k, v in runs[0].items() if k not in keys})
+    return out
+
+
+def s3_upload(endpoint: str, bucket: str) -> str:
+    import obstore
+    from obstore.store import S3Store
+
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}", method="PUT")).close()
+    store = S3Store(bucket, endpoint=endpoint, **S3_OPTIONS)  # type: ignore[arg-type]
+    files = [p for p in ARCHIVE.rglob("*") if p.is_file()]
+
+    def put(p: Path) -> None:
+        obstore.put(store, f"era5.zarr/{p.relative_to(ARCHIVE)}", p.read_bytes())
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(put, files))
+    return f"s3://{bucket}/era5.zarr"
+
+
+def start_moto() -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(endpoint, timeout=1).close()
+            return proc, endpoint
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("moto_server did not start") from None
+            time.sleep(0.2)
+
+
+TUNED = [
+    {"max_inflight": 2, "block_chunks": 8},
+    {"max_inflight": 4, "block_chunks": 8},
+    {"max_inflight": 4, "block_chunks": 16},
+    {"max_inflight": 8, "block_chunks": 16},
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reps", type=int, default=3, help="runs per default engine (median)")
+    parser.add_argument("--s3", action="store_true", help="add rows read from a local moto S3")
+    parser.add_argument("--plot", action="store_true", help="also write bench/results/insitu.png")
+    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker_main(*args.worker)
+        return
+
+    DATA.mkdir(parents=True, exist_ok=True)
+    make_archive()
+    peer_python()
+    url = str(ARCHIVE)
+    rows: dict[str, dict[str, Any]] = {}
+    configs: list[tuple[str, dict[str, Any]]] = [
+        ("chute", {}),
+        ("insitubatch", {}),
+        *(("insitubatch", kw) for kw in TUNED),
+    ]
+    runs: list[list[dict[str, Any]]] = [[] for _ in configs]
+    for rep in range(args.reps):  # round-robin, so drift in machine load hits all alike
+        print(f"rep {rep + 1}/{args.reps}: chute, insitubatch default and tuned", flush=True)
+        for k, (engine, kw) in enumerate(configs):
+            runs[k].append(run_engine(engine, url, kw=kw))
+    rows["chute (defaults)"] = median_of(runs[0])
+    rows["insitubatch 0.2.0 (defaults)"] = median_of(runs[1])
+    tuned = [(median_of(r), kw) for r, (_, kw) in zip(runs[2:], configs[2:], strict=True)]
+    best, best_kw = max(tuned, key=lambda t: t[0]["epoch0_mbps"])
+    label = ", ".join(f"{k}={v}" for k, v in best_kw.items())
+    rows[f"insitubatch 0.2.0 (best tuned: {label})"] = best
+    print("zarr, one sample at a time", flush=True)
+    rows[f"zarr, one random sample at a time ({CAPPED} samples/epoch)"] = run_engine("zarr", url)
+    print("torch DataLoader", flush=True)
+    rows[f"torch DataLoader, 2 workers ({CAPPED} samples/epoch)"] = run_engine("torch", url)
+    if args.s3:
+        proc, endpoint = start_moto()
+        try:
+            print("uploading to moto S3", flush=True)
+            s3_url = s3_upload(endpoint, "bench")
+            options = {**S3_OPTIONS, "endpoint": endpoint}
+            rows["chute, s3:// (moto)"] = run_engine("chute", s3_url, options)
+            rows["insitubatch 0.2.0, s3:// (moto, defaults)"] = run_engine(
+                "insitubatch", s3_url, options
+            )
+        finally:
+            proc.terminate()
+            proc.wait()
+    report(rows, tuned, args.plot)
+
+
+def _met(ok: bool) -> str:
+    return "yes" if ok else "no"
+
+
+def report(
+    rows: dict[str, dict[str, Any]], tuned: list[tuple[dict[str, Any], dict[str, Any]]], plot: bool
+) -> None:
+    base = rows["insitubatch 0.2.0 (defaults)"]
+    best = max(t[0]["epoch0_mbps"] for t in tuned)
+    chute = rows["chute (defaults)"]
+    lines = [
+        "Workload: local Zarr v3, 2000 x 181 x 360 float32 standard normal, chunks (8, 181, 360),"
+        " zstd; train split 0.8, batch 32; 2 epochs. Every row is the median of the repeated"
+        " runs, engines taking turns; ratios are to insitubatch 0.2.0's defaults in the same"
+        " run. MB per CPU-second counts the process's own CPU time, so it is the figure least"
+        f" moved by other load on the machine ({os.cpu_count()} cores, shared).",
+        "",
+        "| engine | epoch 0 MB/s | epoch 1 MB/s | first batch ms | peak RSS MiB "
+        "| epoch 0 MB per CPU-s | epoch 0 x | epoch 1 x | CPU efficiency x |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in rows.items():
+        lines.append(
+            f"| {name} | {r['epoch0_mbps']:.0f} | {r['epoch1_mbps']:.0f} | "
+            f"{r['first_batch_ms']:.1f} | {r['peak_rss_mb']:.0f} | "
+            f"{r['epoch0_mb_per_cpu_s']:.0f} | "
+            f"{r['epoch0_mbps'] / base['epoch0_mbps']:.2f} | "
+            f"{r['epoch1_mbps'] / base['epoch1_mbps']:.2f} | "
+            f"{r['epoch0_mb_per_cpu_s'] / base['epoch0_mb_per_cpu_s']:.2f} |"
+        )
+    checks = [
+        ("epoch-0 MB/s vs insitubatch defaults", chute["epoch0_mbps"] / base["epoch0_mbps"], 1.5),
+        ("epoch-0 MB/s vs insitubatch best tuned", chute["epoch0_mbps"] / best, 1.2),
+    ]
+    lines += ["", "| target | measured | goal | met |", "|---|---:|---:|---|"]
+    for label, ratio, goal in checks:
+        lines.append(f"| {label} | {ratio:.2f}x | >= {goal}x | {_met(ratio >= goal)} |")
+    ttfb, rss = chute["first_batch_ms"], chute["peak_rss_mb"] / base["peak_rss_mb"]
+    lines.append(f"| first batch | {ttfb:.1f} ms | <= 30 ms | {_met(ttfb <= 30)} |")
+    lines.append(f"| peak RSS vs insitubatch defaults | {rss:.2f}x | <= 1.0x | {_met(rss <= 1)} |")
+    tuned_rows = ", ".join(
+        f"{kw} -> {r['epoch0_mbps']:.0f} MB/s" for r, kw in sorted(tuned, key=lambda t: str(t[1]))
+    )
+    lines += [
+        "",
+        f"insitubatch settings tried: {tuned_rows}.",
+        f"chute chose {chute['config']}; describe() named the limiting stage:"
+        f" {chute['limiting_stage']}.",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "insitu.md").write_text(text)
+    if plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(9, 4))
+        names = list(rows)
+        ax.barh(names, [rows[n]["epoch0_mbps"] for n in names], label="epoch 0")
+        ax.set_xlabel("MB/s (epoch 0)")
+        ax.invert_yaxis()
+        fig.tight_layout()
+        fig.savefig(RESULTS / "insitu.png", dpi=100)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""In-place Zarr v3 loader: shuffled, split-aware numpy batches without converting the data.
+
+Read each stored chunk once, shuffle within a window of chunks, feed batches from one
+event loop under one read budget, and share one decoded-chunk pool between splits.
+"""
+
+from ._dataset import InSituConfig, InSituDataset, SplitView
+from ._geometry import ArrayGeometry, open_geometries
+from ._pool import ChunkPool, PoolStats
+from ._scheduler import BadChunkError
+from ._split import SplitManifest, split_by_chunk
+from ._transforms import BatchTransform, ChunkTransform, StandardScaler
+
+__all__ = [
+    "ArrayGeometry",
+    "BadChunkError",
+    "BatchTransform",
+    "ChunkPool",
+    "ChunkTransform",
+    "InSituConfig",
+    "InSituDataset",
+    "PoolStats",
+    "SplitManifest",
+    "SplitView",
+    "StandardScaler",
+    "open_geometries",
+    "split_by_chunk",
+]

@@ -1,0 +1,462 @@
+"""InSituDataset: shuffled, split-aware numpy batches straight from a Zarr v3 archive."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import os
+import queue
+import time
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from ._geometry import ArrayGeometry, open_geometries
+from ._plan import OrderSpec, SlabUse, sample_order, slab_use, working_set
+from ._pool import ChunkPool
+from ._scheduler import END, Engine, PassPlan
+from ._split import SplitManifest
+from ._store import CountingStore, StoreLike, open_store
+from ._transforms import Batch, BatchTransform, ChunkTransform
+
+ViewName = Literal["train", "val", "test", "all"]
+VIEWS: tuple[ViewName, ...] = ("train", "val", "test", "all")
+REMOTE_INFLIGHT_BYTES = 64 << 20  # bytes in flight that hide object-store latency
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class InSituConfig:
+    """The resolved settings of a dataset (defaults filled in from the machine and data)."""
+
+    batch_size: int
+    block_chunks: int
+    max_inflight: int
+    decode_threads: int
+    prefetch_depth: int
+    cache_budget_bytes: int
+    budget_is_automatic: bool
+    seed: int
+    shard: tuple[int, int] | None
+    on_bad_chunk: Literal["raise", "skip"]
+    cache_dir: str | None
+
+
+class SplitView:
+    """One split of a dataset; iterating it runs one pass (an epoch for ``train``)."""
+
+    def __init__(self, dataset: InSituDataset, name: ViewName) -> None:
+        self._dataset = dataset
+        self.name = name
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self._dataset._iterate(self.name)
+
+    def __len__(self) -> int:
+        """Batches in the current epoch's pass (including any already consumed)."""
+        return self._dataset._plan(self.name).n_batches
+
+    @property
+    def n_samples(self) -> int:
+        return len(self._dataset._plan(self.name).order)
+
+    def __repr__(self) -> str:
+        return f"SplitView({self.name!r}, batches={len(self)})"
+
+
+class InSituDataset:
+    """Shuffled, split-aware batches read in place from a Zarr v3 archive.
+
+    Iterate a view: ``ds.train`` (chunk order permuted per ``(seed, epoch)``, samples
+    shuffled within windows of ``block_chunks`` chunks), ``ds.val``, ``ds.test``,
+    ``ds.all`` (deterministic). All views share one :class:`ChunkPool`, so a chunk is
+    read and decoded once while it fits. Batches are ``{variable: ndarray}`` plus
+    ``"sample_indices"``, samples on axis 0. Unset ``block_chunks``, ``max_inflight``
+    and ``cache_budget_bytes`` are derived from the core count, the chunk size and the
+    budget; ``describe()`` shows what was chosen and what it costs.
+    """
+
+    def __init__(
+        self,
+        url: StoreLike,
+        manifest: SplitManifest | Mapping[str, Any] | str | os.PathLike[str],
+        geometries: Mapping[str, ArrayGeometry] | None = None,
+        *,
+        batch_size: int = 32,
+        block_chunks: int | None = None,
+        max_inflight: int | None = None,
+        seed: int = 0,
+        prefetch_depth: int = 2,
+        cache_budget_bytes: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        chunk_transforms: Sequence[ChunkTransform] = (),
+        batch_transforms: Sequence[BatchTransform] = (),
+        shard: tuple[int, int] | None = None,
+        on_bad_chunk: Literal["raise", "skip"] = "raise",
+        decode_threads: int | None = None,
+        **store_kwargs: Any,
+    ) -> None:
+        self.manifest = _as_manifest(manifest)
+        _check_positive(batch_size=batch_size, prefetch_depth=prefetch_depth)
+        _check_positive(block_chunks=block_chunks, max_inflight=max_inflight)
+        _check_positive(decode_threads=decode_threads, cache_budget_bytes=cache_budget_bytes)
+        if on_bad_chunk not in ("raise", "skip"):
+            raise ValueError(f"on_bad_chunk must be 'raise' or 'skip', got {on_bad_chunk!r}")
+        if shard is not None:
+            index, count = shard
+            if count < 1 or not 0 <= index < count:
+                raise ValueError(
+                    f"shard must be (index, count) with 0 <= index < count, got {shard}"
+                )
+        self.store = CountingStore(open_store(url, **store_kwargs))
+        self.geometries = self._check_geometries(
+            dict(geometries) if geometries is not None else open_geometries(self.store)
+        )
+        cores = _cores()
+        stored = self._stored_chunk_nbytes()
+        if max_inflight is None:
+            max_inflight = 2 * cores
+            if isinstance(url, str) and url.startswith("s3://"):
+                max_inflight = max(max_inflight, min(64, REMOTE_INFLIGHT_BYTES // max(stored, 1)))
+        block_bytes = self.manifest.sample_chunk_size * sum(
+            g.sample_nbytes for g in self.geometries.values()
+        )
+        if block_chunks is None:
+            block_chunks = _default_block_chunks(
+                cores, max_inflight, batch_size, self.manifest.sample_chunk_size
+            )
+            if cache_budget_bytes is not None:
+                block_chunks = max(1, min(block_chunks, cache_budget_bytes // (2 * block_bytes)))
+        self._epoch = 0
+        self._positions: dict[str, int] = dict.fromkeys(VIEWS, 0)
+        self._plans: dict[tuple[str, int], PassPlan] = {}
+        self._consumer_wait = 0.0
+        self._consumer_wall = 0.0
+        self.config = InSituConfig(
+            batch_size=batch_size,
+            block_chunks=block_chunks,
+            max_inflight=max_inflight,
+            decode_threads=decode_threads or cores,
+            prefetch_depth=prefetch_depth,
+            cache_budget_bytes=cache_budget_bytes or 1,
+            budget_is_automatic=cache_budget_bytes is None,
+            seed=seed,
+            shard=shard,
+            on_bad_chunk=on_bad_chunk,
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+        )
+        needed = max(self._required_bytes(v) for v in VIEWS)
+        if cache_budget_bytes is None:
+            budget = max(max(self._working_set(v, lookahead=True) for v in VIEWS), 1)
+            self.config = replace(self.config, cache_budget_bytes=budget)
+        elif cache_budget_bytes < needed:
+            raise ValueError(
+                f"cache_budget_bytes={cache_budget_bytes} is below the {needed} bytes one pass "
+                f"must hold at once (block_chunks={block_chunks}, batch_size={batch_size}); "
+                "raise the budget or lower block_chunks"
+            )
+        self.pool = ChunkPool(self.config.cache_budget_bytes, cache_dir)
+        self._engine = Engine(
+            self.store,
+            self.geometries,
+            self.pool,
+            max_inflight=self.config.max_inflight,
+            decode_threads=self.config.decode_threads,
+            chunk_transforms=chunk_transforms,
+            batch_transforms=batch_transforms,
+            on_bad_chunk=on_bad_chunk,
+        )
+        self._finalizer = weakref.finalize(self, self._engine.close)
+
+    # -- views and epochs --------------------------------------------------------------
+
+    @property
+    def train(self) -> SplitView:
+        return SplitView(self, "train")
+
+    @property
+    def val(self) -> SplitView:
+        return SplitView(self, "val")
+
+    @property
+    def test(self) -> SplitView:
+        return SplitView(self, "test")
+
+    @property
+    def all(self) -> SplitView:
+        return SplitView(self, "all")
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (reshuffles ``train``) and restart every view at its first batch."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._epoch = epoch
+        self._positions = dict.fromkeys(VIEWS, 0)
+
+    @property
+    def bad_chunks(self) -> list[str]:
+        """Store keys of chunks skipped with ``on_bad_chunk="skip"``."""
+        return list(self._engine.bad_chunks)
+
+    # -- resume ------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where every view stands (batches consumed this epoch); JSON-serialisable."""
+        return {
+            "version": 1,
+            "epoch": self._epoch,
+            "positions": dict(self._positions),
+            "fingerprint": self._fingerprint(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume: the next pass over each view continues after its consumed batches.
+
+        Refuses a state from a dataset whose order would differ (other manifest, seed,
+        batch size, window or shard).
+        """
+        if state.get("version") != 1:
+            raise ValueError(f"unknown state version {state.get('version')!r}")
+        if state.get("fingerprint") != self._fingerprint():
+            raise ValueError(
+                "state was saved by a dataset with another manifest, seed, batch_size, "
+                "block_chunks or shard; its batch order would not match"
+            )
+        self.set_epoch(int(state["epoch"]))
+        for name, pos in state["positions"].items():
+            if name not in self._positions or not 0 <= int(pos) <= self._plan(name).n_batches:
+                raise ValueError(f"bad position {pos!r} for view {name!r}")
+            self._positions[name] = int(pos)
+
+    def _fingerprint(self) -> str:
+        c = self.config
+        text = json.dumps(
+            [self.manifest.to_dict(), c.seed, c.batch_size, c.block_chunks, c.shard], sort_keys=True
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    # -- planning ----------------------------------------------------------------------
+
+    def _plan(self, view: str) -> PassPlan:
+        key = (view, self._epoch)
+        plan = self._plans.get(key)
+        if plan is None:
+            c, m = self.config, self.manifest
+            spec = OrderSpec(view == "train", c.seed, self._epoch, c.block_chunks, c.shard)
+            order = sample_order(m.chunk_ids(view), m.sample_chunk_size, m.n_samples, spec)
+            plan = PassPlan(order=order, batch_size=c.batch_size, uses=self._uses(order, 0))
+            self._plans = {k: p for k, p in self._plans.items() if k[1] == self._epoch}
+            self._plans[key] = plan
+        return plan
+
+    def _uses(self, order: np.ndarray, start: int) -> dict[str, SlabUse]:
+        b = self.config.batch_size
+        return {
+            name: slab_use(order, b, g.sample_chunk_size, g.n_samples, g.sample_nbytes, start)
+            for name, g in self.geometries.items()
+        }
+
+    def _stored_chunk_nbytes(self) -> int:
+        """Decoded bytes of the largest stored object among the variables."""
+        return max(
+            math.prod(g.stored_chunks) * np.dtype(g.dtype).itemsize
+            for g in self.geometries.values()
+        )
+
+    def _required_bytes(self, view: str) -> int:
+        """Bytes a pass over ``view`` must hold at once, in any epoch.
+
+        A deterministic pass is the same every epoch, so its plan says exactly. A shuffled
+        pass holds a window's slabs from its first batch to its last, so at most the
+        windows one batch can touch are alive: bounded without knowing the permutation.
+        """
+        if view != "train":
+            return self._working_set(view, lookahead=False)
+        c, m = self.config, self.manifest
+        window = c.block_chunks * m.sample_chunk_size
+        windows = math.ceil(c.batch_size / window) + 1
+        per_chunk = sum(  # slabs of each variable one manifest chunk can touch
+            (
+                math.ceil(m.sample_chunk_size / g.sample_chunk_size)
+                + (m.sample_chunk_size % g.sample_chunk_size > 0)
+            )
+            * g.slab_nbytes
+            for g in self.geometries.values()
+        )
+        bound = windows * c.block_chunks * per_chunk
+        return min(bound, sum(g.slab_nbytes * g.n_chunks for g in self.geometries.values()))
+
+    def _working_set(self, view: str, *, lookahead: bool) -> int:
+        plan = self._plan(view)
+        ahead = 0
+        if lookahead:
+            window = self.config.block_chunks * self.manifest.sample_chunk_size
+            ahead = math.ceil(window / self.config.batch_size) + 1
+        return working_set(list(plan.uses.values()), plan.n_batches, ahead)
+
+    def _iterate(self, view: str) -> Iterator[Batch]:
+        if self._engine.closed:
+            raise RuntimeError("this InSituDataset is closed")
+        full = self._plan(view)
+        start = self._positions[view]
+        if start >= full.n_batches:
+            start = self._positions[view] = 0
+        c = self.config
+        uses = self._uses(full.order, start) if start else full.uses
+        plan = PassPlan(order=full.order, batch_size=c.batch_size, uses=uses, start_batch=start)
+        out: queue.Queue[Any] = queue.Queue()
+        credits = asyncio.Semaphore(c.prefetch_depth)
+        loop = self._engine.loop
+        began = time.perf_counter()
+        future = self._engine.start_pass(plan, out, credits)
+        try:
+            while True:
+                waited = time.perf_counter()
+                item = _next(out, future)
+                self._consumer_wait += time.perf_counter() - waited
+                if item is END:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                loop.call_soon_threadsafe(credits.release)
+                self._positions[view] += 1
+                yield item
+            self._positions[view] = 0
+        finally:
+            future.cancel()
+            self._consumer_wall += time.perf_counter() - began
+
+    # -- reporting -----------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: store reads, pool hits/misses/evictions, resident and peak bytes."""
+        pool = asdict(self.pool.stats)
+        return {
+            **pool,
+            "store_reads": sum(self.store.gets.values()),
+            "store_bytes": self.store.bytes_read,
+            "bad_chunks": self.bad_chunks,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """The configuration, the memory it holds, and the stage that limits throughput."""
+        c = self.config
+        batch_bytes = c.batch_size * sum(g.sample_nbytes for g in self.geometries.values())
+        stored = self._stored_chunk_nbytes()
+        memory = {
+            "pool_budget_bytes": c.cache_budget_bytes,
+            "working_set_bytes": self._working_set("train", lookahead=False),
+            "queue_bytes": (c.prefetch_depth + 1) * batch_bytes,
+            "decode_scratch_bytes": c.decode_threads * 2 * stored,
+        }
+        memory["total_bytes"] = sum(memory.values()) - memory["working_set_bytes"]
+        stage, why = self._limiting_stage()
+        return {
+            "variables": {
+                name: {
+                    "shape": g.shape,
+                    "dtype": g.dtype,
+                    "stored_chunks": g.stored_chunks,
+                    "slab_bytes": g.slab_nbytes,
+                    "stored_chunks_per_slab": g.chunks_per_slab,
+                }
+                for name, g in self.geometries.items()
+            },
+            "config": asdict(c),
+            "splits": {
+                v: {"samples": len(self._plan(v).order), "batches": self._plan(v).n_batches}
+                for v in VIEWS
+            },
+            "memory": memory,
+            "stats": self.stats(),
+            "limiting_stage": stage,
+            "why": why,
+        }
+
+    def _limiting_stage(self) -> tuple[str, str]:
+        wall = self._consumer_wall
+        if wall <= 0:
+            return "unknown", "no pass has run yet; iterate a view, then describe() again"
+        t, c = self._engine.times, self.config
+        waiting = self._consumer_wait / wall
+        if waiting < 0.1:
+            return "consumer", f"the consumer waited {waiting:.0%} of the time: the loader keeps up"
+        threads = wall * c.decode_threads
+        load = {
+            "fetch": self.store.seconds / (wall * c.max_inflight),
+            "decode": t.decode / threads,
+            "transform+assemble": (t.transform + t.gather) / threads,
+        }
+        stage = max(load, key=lambda k: load[k])
+        busy = ", ".join(f"{k} {v:.0%}" for k, v in load.items())
+        return stage, f"consumer waited {waiting:.0%}; stage utilisation: {busy}"
+
+    def close(self) -> None:
+        """Stop the engine and release the pool."""
+        self._finalizer()
+
+    def __enter__(self) -> InSituDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_geometries(self, geometries: dict[str, ArrayGeometry]) -> dict[str, ArrayGeometry]:
+        m = self.manifest
+        chosen = {n: g for n, g in geometries.items() if g.n_samples == m.n_samples}
+        if not chosen:
+            raise ValueError(
+                f"no variable has the manifest's {m.n_samples} samples on its sample axis "
+                f"(have { ({n: g.n_samples for n, g in geometries.items()}) })"
+            )
+        return chosen
+
+
+def _default_block_chunks(cores: int, max_inflight: int, batch_size: int, chunk: int) -> int:
+    """The shuffle window, in chunks: four per core, so the first batch (which needs the
+    whole first window decoded) costs about four chunk decodes on any machine; at least
+    half the read budget, so the reads of the next window keep ``max_inflight`` busy; and
+    at least two batches, so a batch draws from a window's worth of chunks."""
+    return max(4 * cores, math.ceil(max_inflight / 2), 2 * math.ceil(batch_size / chunk))
+
+
+def _next(out: queue.Queue[Any], future: Any) -> Any:
+    """The next queue item, surfacing a crash of the producer instead of hanging."""
+    while True:
+        try:
+            return out.get(timeout=0.2)
+        except queue.Empty:
+            if future.done():
+                try:
+                    return out.get_nowait()
+                except queue.Empty:
+                    future.result()
+                    return END
+
+
+def _as_manifest(
+    manifest: SplitManifest | Mapping[str, Any] | str | os.PathLike[str],
+) -> SplitManifest:
+    if isinstance(manifest, SplitManifest):
+        return manifest
+    if isinstance(manifest, Mapping):
+        return SplitManifest.from_dict(dict(manifest))
+    return SplitManifest.from_json(manifest)
+
+
+def _check_positive(**values: int | None) -> None:
+    for name, value in values.items():
+        if value is not None and (not isinstance(value, int) or value <= 0):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -1,0 +1,129 @@
+"""What the loader needs to know about one stored array, read from Zarr metadata."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.abc.store import Store
+
+from ._aio import run_sync
+from ._store import StoreLike, open_store
+
+
+@dataclass(frozen=True)
+class ArrayGeometry:
+    """Shape, dtype and chunking of one Zarr array, and which axis holds the samples.
+
+    ``chunks`` is the chunk shape zarr decodes; ``shards`` the shard shape of a sharded
+    array (else ``None``). The stored object the loader fetches is the shard when there
+    is one, else the chunk: ``stored_chunks``.
+    """
+
+    path: str
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: str
+    sample_axis: int = 0
+    shards: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.sample_axis < len(self.shape):
+            raise ValueError(
+                f"{self.path!r}: sample_axis={self.sample_axis} outside its {len(self.shape)} axes"
+            )
+        if len(self.chunks) != len(self.shape) or any(c <= 0 for c in self.chunks):
+            raise ValueError(f"{self.path!r}: chunks {self.chunks} do not fit shape {self.shape}")
+
+    @property
+    def stored_chunks(self) -> tuple[int, ...]:
+        """Shape of one stored object (the shard if sharded)."""
+        return self.shards if self.shards is not None else self.chunks
+
+    @property
+    def n_samples(self) -> int:
+        return self.shape[self.sample_axis]
+
+    @property
+    def sample_chunk_size(self) -> int:
+        """Samples per stored object along the sample axis."""
+        return self.stored_chunks[self.sample_axis]
+
+    @property
+    def n_chunks(self) -> int:
+        """Stored objects along the sample axis."""
+        return math.ceil(self.n_samples / self.sample_chunk_size)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """Shape of one sample (the array shape without the sample axis)."""
+        return self.shape[: self.sample_axis] + self.shape[self.sample_axis + 1 :]
+
+    @property
+    def sample_nbytes(self) -> int:
+        return math.prod(self.sample_shape) * np.dtype(self.dtype).itemsize
+
+    @property
+    def slab_nbytes(self) -> int:
+        """Decoded bytes of one full sample-axis chunk across every other axis."""
+        return self.sample_chunk_size * self.sample_nbytes
+
+    @property
+    def chunks_per_slab(self) -> int:
+        """Stored objects that make up one sample-axis chunk."""
+        per_axis = [
+            math.ceil(n / c)
+            for i, (n, c) in enumerate(zip(self.shape, self.stored_chunks, strict=True))
+            if i != self.sample_axis
+        ]
+        return math.prod(per_axis)
+
+
+def geometry_of(array: Any, sample_axis: int) -> ArrayGeometry:
+    """The geometry of an opened zarr (async) array."""
+    shards = array.shards
+    return ArrayGeometry(
+        path=array.path,
+        shape=tuple(int(n) for n in array.shape),
+        chunks=tuple(int(c) for c in array.chunks),
+        dtype=np.dtype(array.dtype).str,
+        sample_axis=sample_axis,
+        shards=None if shards is None else tuple(int(s) for s in shards),
+    )
+
+
+async def _open_geometries(
+    store: Store, variables: list[str] | None, sample_axis: int
+) -> dict[str, ArrayGeometry]:
+    node = await zarr.api.asynchronous.open(store=store, mode="r")
+    if isinstance(node, zarr.AsyncArray):
+        arrays = {node.path or "": node}
+    else:
+        arrays = {name: arr async for name, arr in node.arrays()}
+    if variables is not None:
+        missing = [v for v in variables if v not in arrays]
+        if missing:
+            raise KeyError(f"variables {missing} not in the Zarr group (has {sorted(arrays)})")
+        arrays = {v: arrays[v] for v in variables}
+    else:
+        arrays = {k: a for k, a in sorted(arrays.items()) if a.ndim > sample_axis}
+    return {name: geometry_of(arr, sample_axis) for name, arr in arrays.items()}
+
+
+def open_geometries(
+    url: StoreLike,
+    variables: list[str] | None = None,
+    *,
+    sample_axis: int = 0,
+    **store_kwargs: Any,
+) -> dict[str, ArrayGeometry]:
+    """Read ``{name: ArrayGeometry}`` from the Zarr v3 metadata at ``url``.
+
+    ``url`` is a group (every array with a ``sample_axis``, or just ``variables``) or a
+    single array. Only metadata is read.
+    """
+    store = open_store(url, **store_kwargs)
+    return run_sync(_open_geometries(store, variables, sample_axis))

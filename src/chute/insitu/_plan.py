@@ -1,0 +1,95 @@
+"""The planner: an epoch's sample order, its batches and the stored slabs each batch needs.
+
+Everything here is vectorised numpy, so the Python work grows with chunks, not samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._split import chunk_samples
+
+
+@dataclass(frozen=True)
+class OrderSpec:
+    """How one pass over a split orders its samples."""
+
+    shuffle: bool
+    seed: int
+    epoch: int
+    block_chunks: int
+    shard: tuple[int, int] | None = None
+
+
+def sample_order(
+    chunk_ids: np.ndarray, chunk_size: int, n_samples: int, spec: OrderSpec
+) -> np.ndarray:
+    """Sample indices of one pass, in the order they are yielded.
+
+    Shuffled passes permute the chunks per ``(seed, epoch)`` and shuffle samples within
+    each window of ``block_chunks`` consecutive chunks. With ``shard=(index, count)`` each
+    rank takes every ``count``-th chunk of that permutation (disjoint chunk sets) and
+    every rank's pass is cut to the shortest rank's length (equal batch counts).
+    """
+    rng = np.random.default_rng([spec.seed, spec.epoch])
+    chunks = rng.permutation(chunk_ids) if spec.shuffle else np.asarray(chunk_ids, np.int64)
+    if spec.shard is not None:
+        index, count = spec.shard
+        lengths = np.clip(n_samples - chunks * chunk_size, 0, chunk_size)
+        per_rank = [int(lengths[r::count].sum()) for r in range(count)]
+        keep = min(per_rank)
+        chunks = chunks[index::count]
+    else:
+        keep = None
+    order = chunk_samples(chunks, chunk_size, n_samples)
+    if spec.shuffle and len(order):
+        lengths = np.clip(n_samples - chunks * chunk_size, 0, chunk_size)
+        window = np.repeat(np.arange(len(chunks)) // spec.block_chunks, lengths)
+        order = order[np.lexsort((rng.random(len(order)), window))]
+    return order if keep is None else order[:keep]
+
+
+@dataclass(frozen=True)
+class SlabUse:
+    """When each slab (one sample-axis chunk of one variable) is first and last needed."""
+
+    slab: np.ndarray  # sample-axis chunk index, sorted by first use
+    first: np.ndarray  # first batch that reads it
+    last: np.ndarray  # last batch that reads it
+    nbytes: np.ndarray  # decoded bytes
+
+
+def slab_use(
+    order: np.ndarray,
+    batch_size: int,
+    chunk_size: int,
+    n_samples: int,
+    sample_nbytes: int,
+    start_batch: int = 0,
+) -> SlabUse:
+    """Slab first/last use for one variable, from ``start_batch`` on."""
+    tail = order[start_batch * batch_size :]
+    slabs = tail // chunk_size
+    batches = np.arange(len(tail), dtype=np.int64) // batch_size + start_batch
+    ids, first_pos = np.unique(slabs, return_index=True)
+    _, last_rev = np.unique(slabs[::-1], return_index=True)
+    first = batches[first_pos]
+    last = batches[len(tail) - 1 - last_rev]
+    by_first = np.lexsort((ids, first))
+    ids, first, last = ids[by_first], first[by_first], last[by_first]
+    rows = np.clip(n_samples - ids * chunk_size, 0, chunk_size)
+    return SlabUse(slab=ids, first=first, last=last, nbytes=rows * sample_nbytes)
+
+
+def working_set(uses: list[SlabUse], n_batches: int, lookahead: int = 0) -> int:
+    """Peak bytes that must be resident at once when each slab is held from
+    ``lookahead`` batches before its first use until after its last."""
+    if n_batches == 0:
+        return 0
+    diff = np.zeros(n_batches + 1, dtype=np.int64)
+    for use in uses:
+        np.add.at(diff, np.maximum(use.first - lookahead, 0), use.nbytes)
+        np.add.at(diff, use.last + 1, -use.nbytes)
+    return int(np.cumsum(diff).max())

@@ -1,0 +1,416 @@
+"""The scheduler: one event loop, one ``max_inflight`` read budget, decode on a thread pool.
+
+A pass walks its slabs in first-use order, admitting each into the pool (a hit just pins
+it), reads the stored chunks of the misses under the shared budget, and assembles batches
+in order as their slabs arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import zarr
+from zarr.abc.store import Store
+
+from ._decode import DirectReader
+from ._geometry import ArrayGeometry
+from ._plan import SlabUse
+from ._pool import ChunkPool, Slab
+from ._transforms import Batch, BatchTransform, ChunkTransform
+
+END = object()  # end-of-pass marker on the batch queue
+_ROW_COPY_BYTES = 16 << 10  # samples at least this big are gathered row by row
+
+
+class BadChunkError(RuntimeError):
+    """A stored chunk could not be read or decoded; ``key`` is its store key."""
+
+    def __init__(self, key: str, cause: BaseException) -> None:
+        super().__init__(f"bad chunk {key!r}: {type(cause).__name__}: {cause}")
+        self.key = key
+
+
+class StageTimes:
+    """Seconds spent per stage, summed over threads (for ``describe``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.decode = 0.0  # decompression; a chunk read through zarr counts whole here
+        self.transform = 0.0
+        self.gather = 0.0
+
+    def add(self, stage: Literal["decode", "transform", "gather"], seconds: float) -> None:
+        with self._lock:
+            setattr(self, stage, getattr(self, stage) + seconds)
+
+
+@dataclass
+class PassPlan:
+    """What one pass over a split must yield."""
+
+    order: np.ndarray
+    batch_size: int
+    uses: dict[str, SlabUse]
+    start_batch: int = 0
+
+    @property
+    def n_batches(self) -> int:
+        return math.ceil(len(self.order) / self.batch_size)
+
+
+@dataclass
+class _Progress:
+    batch: int
+    registered: int = -1  # every slab first needed at or before this batch is admitted
+    slabs: dict[tuple[str, int], Slab] = field(default_factory=dict)
+
+
+class Engine:
+    """Owns the event loop thread, the decode pool, the read budget and the opened arrays."""
+
+    def __init__(
+        self,
+        store: Store,
+        geometries: dict[str, ArrayGeometry],
+        pool: ChunkPool,
+        *,
+        max_inflight: int,
+        decode_threads: int,
+        chunk_transforms: Sequence[ChunkTransform],
+        batch_transforms: Sequence[BatchTransform],
+        on_bad_chunk: Literal["raise", "skip"],
+    ) -> None:
+        self.geometries = geometries
+        self.pool = pool
+        self.max_inflight = max_inflight
+        self.decode_threads = decode_threads
+        self.chunk_transforms = tuple(chunk_transforms)
+        self.batch_transforms = tuple(batch_transforms)
+        self.on_bad_chunk = on_bad_chunk
+        self.bad_chunks: list[str] = []
+        self.times = StageTimes()
+        self._executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="chute-insitu")
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_default_executor(self._executor)
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="chute-insitu-loop", daemon=True
+        )
+        self._thread.start()
+        self._sem: asyncio.Semaphore | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._direct: dict[str, DirectReader | None] = {}
+        self.arrays: dict[str, Any] = self.call(self._open(store))
+
+    def call(self, coro: Any) -> Any:
+        """Run ``coro`` on the engine loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    async def _open(self, store: Store) -> dict[str, Any]:
+        self._sem = asyncio.Semaphore(self.max_inflight)
+        arrays = {
+            name: await zarr.api.asynchronous.open_array(store=store, path=g.path, mode="r")
+            for name, g in self.geometries.items()
+        }
+        self._direct = {
+            name: DirectReader.for_array(arr, self._decoded) for name, arr in arrays.items()
+        }
+        return arrays
+
+    @property
+    def closed(self) -> bool:
+        return self.loop.is_closed()
+
+    def _decoded(self, seconds: float) -> None:
+        self.times.add("decode", seconds)
+
+    def close(self) -> None:
+        """Cancel every pass and read, stop the loop and the thread pool."""
+        if self.loop.is_closed():
+            return
+
+        async def cancel() -> None:
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+        if self._thread.is_alive():
+            self.call(cancel())
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join()
+        self.loop.close()
+        self._executor.shutdown(wait=True)
+
+    # -- reading ---------------------------------------------------------------------
+
+    def _parts(self, name: str, j: int) -> list[tuple[tuple[slice, ...], tuple[int, ...]]]:
+        """Selections and grid coordinates of the stored chunks making up slab ``j``."""
+        g = self.geometries[name]
+        axes = []
+        for axis, (n, c) in enumerate(zip(g.shape, g.stored_chunks, strict=True)):
+            if axis == g.sample_axis:
+                axes.append([(slice(j * c, min((j + 1) * c, n)), j)])
+            else:
+                axes.append([(slice(s, min(s + c, n)), s // c) for s in range(0, n, c)])
+        return [
+            (tuple(p[0] for p in combo), tuple(p[1] for p in combo))
+            for combo in itertools.product(*axes)
+        ]
+
+    def chunk_key(self, name: str, coords: tuple[int, ...]) -> str:
+        arr = self.arrays[name]
+        key = arr.metadata.encode_chunk_key(coords)
+        return f"{arr.path}/{key}" if arr.path else str(key)
+
+    async def _read(
+        self,
+        name: str,
+        selection: tuple[slice, ...],
+        coords: tuple[int, ...],
+        slab: Slab | None = None,
+    ) -> np.ndarray:
+        """One stored chunk, under the shared in-flight budget; decoded into ``slab``'s
+        buffer when the chunk is the whole slab."""
+        assert self._sem is not None
+        async with self._sem:
+            direct = self._direct[name]
+            data = None
+            if direct is not None and all(
+                s.stop - s.start == c for s, c in zip(selection, direct.chunk_shape, strict=True)
+            ):
+                size = direct.nbytes
+                data = await direct.read(
+                    coords,
+                    (lambda: self.pool.buffer(slab))
+                    if slab is not None
+                    else (lambda: np.empty(size, dtype=np.uint8)),
+                )
+            if data is None:
+                start = time.perf_counter()
+                data = np.asarray(await self.arrays[name].getitem(selection))
+                self.times.add("decode", time.perf_counter() - start)
+            return data
+
+    async def _fetch(self, slab: Slab) -> None:
+        """Read, decode and transform one slab into the pool; any failure reaches its waiters."""
+        name = slab.key[0]
+        try:
+            data = await self._read_slab(slab)
+            if data is not None and self.chunk_transforms:
+                loop = asyncio.get_running_loop()
+                data = await loop.run_in_executor(None, self._transform, name, data)
+        except asyncio.CancelledError:
+            self.pool.fail(slab, asyncio.CancelledError())
+            raise
+        except Exception as exc:
+            self.pool.fail(slab, exc)
+            return
+        self.pool.fill(slab, data)
+
+    async def _read_slab(self, slab: Slab) -> np.ndarray | None:
+        """The slab's stored chunks, samples on axis 0; ``None`` for a skipped bad chunk."""
+        name, j = slab.key
+        g = self.geometries[name]
+        parts = self._parts(name, j)
+        try:
+            if len(parts) == 1:
+                data = await self._read(name, *parts[0], slab)
+            else:
+                shape = list(g.shape)
+                first = parts[0][0][g.sample_axis]
+                shape[g.sample_axis] = first.stop - first.start
+                data = np.empty(shape, dtype=g.dtype)
+                results = await asyncio.gather(
+                    *(self._read(name, sel, coords) for sel, coords in parts),
+                    return_exceptions=True,
+                )
+                for (sel, coords), part in zip(parts, results, strict=True):
+                    if isinstance(part, BaseException):
+                        raise _PartError(coords, part)
+                    local = list(sel)
+                    local[g.sample_axis] = slice(None)
+                    data[tuple(local)] = part
+        except Exception as exc:
+            coords = exc.coords if isinstance(exc, _PartError) else parts[0][1]
+            cause = exc.cause if isinstance(exc, _PartError) else exc
+            error = BadChunkError(self.chunk_key(name, coords), cause)
+            if self.on_bad_chunk == "raise":
+                raise error from cause
+            self.bad_chunks.append(error.key)
+            return None
+        return np.moveaxis(data, g.sample_axis, 0)
+
+    def _transform(self, name: str, data: np.ndarray) -> np.ndarray:
+        start = time.perf_counter()
+        for t in self.chunk_transforms:
+            out = t(name, data)
+            if out.shape != data.shape:
+                raise ValueError(
+                    f"chunk transform {t!r} changed the shape of {name!r} "
+                    f"from {data.shape} to {out.shape}"
+                )
+            data = out
+        self.times.add("transform", time.perf_counter() - start)
+        return data
+
+    # -- a pass ----------------------------------------------------------------------
+
+    def start_pass(self, plan: PassPlan, out: queue.Queue[Any], credits: asyncio.Semaphore) -> Any:
+        """Start producing ``plan``'s batches into ``out``; returns a concurrent future."""
+        return asyncio.run_coroutine_threadsafe(self._pass(plan, out, credits), self.loop)
+
+    async def _pass(
+        self, plan: PassPlan, out: queue.Queue[Any], credits: asyncio.Semaphore
+    ) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        self._tasks.add(me)
+        progress = _Progress(batch=plan.start_batch)
+        releases = {}  # per variable: slabs sorted by the batch after which they are free
+        for name, use in plan.uses.items():
+            by_last = np.argsort(use.last, kind="stable")
+            releases[name] = (use.slab[by_last], use.last[by_last])
+        admitted = asyncio.Event()
+        launcher = asyncio.get_running_loop().create_task(self._admit_all(plan, progress, admitted))
+        self._tasks.add(launcher)
+        try:
+            for b in range(plan.start_batch, plan.n_batches):
+                await credits.acquire()
+                progress.batch = b
+                self.pool.notify()
+                while progress.registered < b and not launcher.done():
+                    admitted.clear()
+                    await admitted.wait()
+                if launcher.done():
+                    launcher.result()
+                idx = plan.order[b * plan.batch_size : (b + 1) * plan.batch_size]
+                needed = [
+                    progress.slabs[(name, int(s))]
+                    for name, g in self.geometries.items()
+                    for s in np.unique(idx // g.sample_chunk_size)
+                ]
+                for slab in needed:
+                    await slab.ready
+                batch = await asyncio.get_running_loop().run_in_executor(
+                    None, self._assemble, idx, progress.slabs
+                )
+                for slab in needed:
+                    if slab.planned is not None and slab.planned <= b:
+                        slab.planned = None
+                for name, (slabs, lasts) in releases.items():
+                    lo, hi = np.searchsorted(lasts, [b, b + 1])
+                    for s in slabs[lo:hi]:
+                        self.pool.unpin(progress.slabs.pop((name, int(s))))
+                if len(batch["sample_indices"]):  # every sample was in a skipped bad chunk
+                    out.put(batch)
+                else:
+                    credits.release()
+            out.put(END)
+        except asyncio.CancelledError:
+            out.put(RuntimeError("the dataset was closed during this pass"))
+            raise
+        except Exception as exc:
+            out.put(exc)
+            raise
+        finally:
+            self._tasks.discard(me)
+            launcher.cancel()
+            await asyncio.gather(launcher, return_exceptions=True)
+            self._tasks.discard(launcher)
+            for slab in progress.slabs.values():
+                self.pool.unpin(slab)
+            progress.slabs.clear()
+
+    async def _admit_all(
+        self, plan: PassPlan, progress: _Progress, admitted: asyncio.Event
+    ) -> None:
+        """Admit every slab of the pass in first-use order, fetching the misses."""
+        names = list(plan.uses)
+        firsts = np.concatenate([plan.uses[n].first for n in names])
+        which = np.concatenate([np.full(len(plan.uses[n].first), i) for i, n in enumerate(names)])
+        rows = np.concatenate([np.arange(len(plan.uses[n].first)) for n in names])
+        for var, row in zip(which, rows, strict=True):
+            use = plan.uses[names[var]]
+            self.pool.plan((names[var], int(use.slab[row])), int(use.first[row]))
+        walk = np.argsort(firsts, kind="stable")
+        for k in walk:
+            name = names[which[k]]
+            use = plan.uses[name]
+            key = (name, int(use.slab[rows[k]]))
+            first = int(use.first[rows[k]])
+            if progress.registered < first - 1:
+                progress.registered = first - 1
+                admitted.set()
+            slab = self.pool.lookup(key)
+            if slab is None:
+                slab = await self.pool.admit(key, int(use.nbytes[rows[k]]), _due(first, progress))
+                task = asyncio.get_running_loop().create_task(self._fetch(slab))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            progress.slabs[key] = slab
+        progress.registered = plan.n_batches
+        admitted.set()
+
+    def _assemble(self, idx: np.ndarray, slabs: dict[tuple[str, int], Slab]) -> Batch:
+        """Gather one batch; samples are grouped by slab so each group is one ``take``."""
+        start = time.perf_counter()
+        names = list(self.geometries)
+        slab_ids = [idx // self.geometries[n].sample_chunk_size for n in names]
+        if self.bad_chunks:
+            keep = np.ones(len(idx), dtype=bool)
+            for n, ids in zip(names, slab_ids, strict=True):
+                for s in np.unique(ids):
+                    if slabs[(n, int(s))].data is None:
+                        keep &= ids != s
+            idx = idx[keep]
+            slab_ids = [ids[keep] for ids in slab_ids]
+        grouping = np.lexsort(slab_ids[::-1]) if names else np.arange(len(idx))
+        idx = idx[grouping]
+        batch: Batch = {}
+        for n, ids in zip(names, slab_ids, strict=True):
+            g = self.geometries[n]
+            ids = ids[grouping]
+            offs = idx - ids * g.sample_chunk_size
+            first = slabs[(n, int(ids[0]))].data if len(ids) else None
+            dtype = first.dtype if first is not None else np.dtype(g.dtype)
+            out = np.empty((len(idx), *g.sample_shape), dtype=dtype)
+            bounds = np.flatnonzero(np.diff(ids)) + 1
+            for lo, hi in zip(
+                np.concatenate([[0], bounds]), np.concatenate([bounds, [len(ids)]]), strict=True
+            ):
+                if hi == lo:
+                    continue
+                data = slabs[(n, int(ids[lo]))].data
+                assert data is not None
+                if g.sample_nbytes >= _ROW_COPY_BYTES:  # big rows: one memcpy each is fastest
+                    for k in range(lo, hi):
+                        out[k] = data[offs[k]]
+                else:
+                    np.take(data, offs[lo:hi], axis=0, out=out[lo:hi], mode="clip")
+            batch[n] = out
+        batch["sample_indices"] = idx
+        for t in self.batch_transforms:
+            batch = t(batch)
+        self.times.add("gather", time.perf_counter() - start)
+        return batch
+
+
+def _due(first: int, progress: _Progress) -> Callable[[], bool]:
+    """Whether the pass has reached the batch that first needs a slab."""
+    return lambda: first <= progress.batch
+
+
+class _PartError(Exception):
+    def __init__(self, coords: tuple[int, ...], cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.coords = coords
+        self.cause = cause

@@ -1,0 +1,104 @@
+"""Chunk transforms (run once per decoded slab, cached) and batch transforms (per batch)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ._store import StoreLike
+
+Batch = dict[str, np.ndarray]
+BatchTransform = Callable[[Batch], Batch]
+
+
+class ChunkTransform(Protocol):
+    """``(variable, chunk) -> chunk``: ``chunk`` has its samples on axis 0.
+
+    Runs once per decoded slab, before caching, so it must be deterministic and keep the
+    shape (the dtype may change, e.g. to float32).
+    """
+
+    def __call__(self, variable: str, chunk: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class StandardScaler:
+    """``(x - mean) / std`` per variable; variables without statistics pass through."""
+
+    mean: Mapping[str, float]
+    std: Mapping[str, float]
+
+    def __post_init__(self) -> None:
+        if set(self.mean) != set(self.std):
+            raise ValueError(
+                f"mean and std name different variables: {set(self.mean) ^ set(self.std)}"
+            )
+        bad = [k for k, s in self.std.items() if not np.isfinite(s) or s <= 0]
+        if bad:
+            raise ValueError(f"std must be finite and positive; not for {bad}")
+
+    def __call__(self, variable: str, chunk: np.ndarray) -> np.ndarray:
+        if variable not in self.mean:
+            return chunk
+        dtype = chunk.dtype if np.issubdtype(chunk.dtype, np.floating) else np.dtype(np.float32)
+        out = chunk.astype(dtype, copy=True)
+        out -= dtype.type(self.mean[variable])
+        out /= dtype.type(self.std[variable])
+        return out
+
+    @classmethod
+    def fit(
+        cls,
+        url: StoreLike,
+        manifest: Any,
+        variables: list[str] | None = None,
+        *,
+        n_chunks: int = 16,
+        split: str = "train",
+        seed: int = 0,
+        **store_kwargs: Any,
+    ) -> StandardScaler:
+        """Estimate mean and std per variable from ``n_chunks`` random chunks of ``split``.
+
+        Only the training split is read by default, so validation statistics do not leak
+        into the scaling. NaNs are ignored.
+        """
+        import zarr
+
+        from ._geometry import open_geometries
+        from ._store import open_store
+
+        store = open_store(url, **store_kwargs)
+        geoms = open_geometries(store, variables)
+        ids = manifest.chunk_ids(split)
+        if len(ids) == 0:
+            raise ValueError(f"split {split!r} has no chunks to fit on")
+        picked = np.random.default_rng(seed).choice(
+            ids, size=min(n_chunks, len(ids)), replace=False
+        )
+        mean: dict[str, float] = {}
+        std: dict[str, float] = {}
+        for name, geom in geoms.items():
+            if geom.n_samples != manifest.n_samples:
+                continue
+            arr = zarr.open_array(store=store, path=geom.path, mode="r")
+            total, total_sq, count = 0.0, 0.0, 0
+            for c in np.sort(picked):
+                lo = int(c) * manifest.sample_chunk_size
+                hi = min(lo + manifest.sample_chunk_size, geom.n_samples)
+                sel = [slice(None)] * len(geom.shape)
+                sel[geom.sample_axis] = slice(lo, hi)
+                values = np.asarray(arr[tuple(sel)], dtype=np.float64)
+                values = values[np.isfinite(values)]
+                total += float(values.sum())
+                total_sq += float(np.square(values).sum())
+                count += values.size
+            if count == 0:
+                raise ValueError(f"no finite values in the sampled chunks of {name!r}")
+            mu = total / count
+            mean[name] = mu
+            std[name] = max(float(np.sqrt(max(total_sq / count - mu * mu, 0.0))), 1e-12)
+        return cls(mean=mean, std=std)
