@@ -173,6 +173,8 @@ def test_bad_records_are_clear_errors(tmp_path: Path) -> None:
         write_ragged(tmp_path / "c.zr", [np.zeros(2, np.int32), np.zeros(2)])
     with pytest.raises(ValueError, match="record 2 is 2000000 bytes"):
         write_ragged(tmp_path / "d.zr", [np.zeros(1, np.uint8)] * 2 + [np.zeros(2_000_000, "u1")])
+    with pytest.raises(TypeError, match="holds Python objects"):
+        write_ragged(tmp_path / "o.zr", [np.array(["a", 1], dtype=object)])
     with pytest.raises(ValueError, match="no records to write"):
         write_ragged(tmp_path / "e.zr", [])
     empty = write_ragged(tmp_path / "f.zr", [], dtype=np.int64, item_shape=(2,))

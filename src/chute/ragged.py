@@ -75,8 +75,6 @@ def write_ragged(
     c = parse_codec(codec)
     want_dtype = None if dtype is None else np.dtype(dtype)
     want_shape = None if item_shape is None else tuple(int(d) for d in item_shape)
-    if want_dtype is not None and want_dtype.hasobject:
-        raise TypeError(f"dtype {want_dtype} holds Python objects; only plain dtypes can be stored")
     if path.exists() and any(path.iterdir()) and not overwrite:
         raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True to replace it")
     records = _records(arrays, want_dtype, want_shape)
