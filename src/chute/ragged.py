@@ -133,6 +133,17 @@ def _flush(
     return written + len(records)
 
 
+def _pad_width(lengths: npt.NDArray[np.int64], max_len: int | None) -> int:
+    """The padded width: the longest record, or ``max_len``, which no record may exceed."""
+    longest = int(lengths.max()) if lengths.size else 0
+    width = longest if max_len is None else int(max_len)
+    if width < 0:
+        raise ValueError(f"max_len must be non-negative, got {max_len}")
+    if longest > width:
+        raise ValueError(f"a record has {longest} rows, over max_len={width}")
+    return width
+
+
 def pad(
     values: npt.NDArray[Any],
     row_splits: npt.ArrayLike,
@@ -157,12 +168,7 @@ def pad(
             f"row_splits must rise from 0 to len(values)={len(values)}, "
             f"got {splits[0]}..{splits[-1]}"
         )
-    longest = int(lengths.max()) if lengths.size else 0
-    width = longest if max_len is None else int(max_len)
-    if width < 0:
-        raise ValueError(f"max_len must be non-negative, got {max_len}")
-    if longest > width:
-        raise ValueError(f"a record has {longest} rows, over max_len={width}")
+    width = _pad_width(lengths, max_len)
     padded = np.full((lengths.size, width, *values.shape[1:]), pad_value, dtype=values.dtype)
     padded[np.arange(width) < lengths[:, None]] = values
     return padded, lengths
@@ -260,9 +266,18 @@ class RaggedDataset:
     def getitems_padded(
         self, indices: Any, max_len: int | None = None, pad_value: Any = 0
     ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
-        """Gather and pad in one step: ``(padded (n, max_len, *item_shape), lengths)``."""
-        values, row_splits = self.__getitems__(indices)
-        return pad(values, row_splits, max_len, pad_value)
+        """Gather and pad in one step: ``(padded (n, max_len, *item_shape), lengths)``.
+
+        Each record decodes straight into its row of the padded batch: one native call, no
+        packed intermediate.
+        """
+        idx = self._indices(indices)
+        lengths = self._rows(self._store.lengths(idx), "a record")
+        width = _pad_width(lengths, max_len)
+        padded = np.full((idx.size, width, *self._item_shape), pad_value, dtype=self._dtype)
+        slot = width * self._row_bytes
+        self._store.gather_into(idx, padded, np.arange(idx.size, dtype=np.uint64) * slot)
+        return padded, lengths
 
     def close(self) -> None:
         self._store.close()

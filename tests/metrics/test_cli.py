@@ -30,8 +30,14 @@ def _write_jsonl(run, rows, config=None):
 def _rows(n=50):
     out = []
     for s in range(n):
-        row = {"step": s * 2, "loss": 1.0 / (s + 1), "tokens": s * 512, "note": f"n{s}",
-               "gnorm/layer0": 0.1, "ok": s % 2 == 0}
+        row = {
+            "step": s * 2,
+            "loss": 1.0 / (s + 1),
+            "tokens": s * 512,
+            "note": f"n{s}",
+            "gnorm/layer0": 0.1,
+            "ok": s % 2 == 0,
+        }
         if s % 5 == 0:
             row["eval/acc"] = s / 100
             row["nested"] = {"s": s, "v": [1, None]}
@@ -57,8 +63,17 @@ def test_from_jsonl_in_place_and_outdir_match_plattli(tmp_path, capsys):
     ref = tmp_path / "ref"
     assert main(["from-jsonl", str(tmp_path / "exp"), "--deep", "-o", str(out), "-w", "2"]) == 0
     subprocess.run(
-        [sys.executable, "-m", "plattli.jsonl2plattli", str(tmp_path / "exp"), "--deep",
-         "-o", str(ref)], check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "plattli.jsonl2plattli",
+            str(tmp_path / "exp"),
+            "--deep",
+            "-o",
+            str(ref),
+        ],
+        check=True,
+        capture_output=True,
     )
     for rel in ("exp/a.plattli", "exp/b/deep.plattli"):
         assert_readers_agree(out / rel)
@@ -85,7 +100,7 @@ def test_from_jsonl_rewinds_and_errors(tmp_path, capsys):
     with cm.Reader(tmp_path / "e" / "r") as r:
         steps, vals = r.metric("a")
         assert steps.tolist() == [0, 1] and vals[0] == 1.5 and np.isnan(vals[1])
-    assert main(["from-jsonl", str(tmp_path / "nothing-here-" )]) == 1
+    assert main(["from-jsonl", str(tmp_path / "nothing-here-")]) == 1
 
 
 def test_ls_and_tail(tmp_path, capsys):
@@ -100,7 +115,9 @@ def test_ls_and_tail(tmp_path, capsys):
     assert out[2].split() == ["note", "12", "jsonl", "11", "n11"]
     assert main(["tail", str(tmp_path), "-n", "2"]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "10: loss=0.0909091 note=n10", "11: loss=0.0833333 note=n11"]
+        "10: loss=0.0909091 note=n10",
+        "11: loss=0.0833333 note=n11",
+    ]
 
     def more():
         time.sleep(0.3)
@@ -111,11 +128,16 @@ def test_ls_and_tail(tmp_path, capsys):
 
     t = threading.Thread(target=more)
     t.start()
-    assert main(["tail", str(tmp_path), "-n", "0", "-f", "--interval", "0.1",
-                 "--idle-exit", "1.0"]) == 0
+    assert (
+        main(["tail", str(tmp_path), "-n", "0", "-f", "--interval", "0.1", "--idle-exit", "1.0"])
+        == 0
+    )
     t.join()
     assert capsys.readouterr().out.splitlines() == [
-        "12: loss=12 note=n12", "13: loss=13 note=n13", "14: loss=14 note=n14"]
+        "12: loss=12 note=n12",
+        "13: loss=13 note=n13",
+        "14: loss=14 note=n14",
+    ]
     assert main(["ls", str(tmp_path / "missing")]) == 1
 
 
@@ -124,8 +146,12 @@ def test_python_m_entry_point(tmp_path):
     w.write(a=1)
     w.end_step()
     w.finish()
-    res = subprocess.run([sys.executable, "-m", "chute.metrics", "ls", str(tmp_path)],
-                         capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "chute.metrics", "ls", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert res.stdout.splitlines()[1].split() == ["a", "1", "u8", "0", "1"]
 
 

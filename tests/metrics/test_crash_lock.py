@@ -38,7 +38,8 @@ while True:
 def _run_and_kill(kind, path, start, rng):
     proc = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(_WRITER), kind, str(path), str(start)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     target = rng.randint(1, 400)
@@ -57,8 +58,14 @@ def _run_and_kill(kind, path, start, rng):
 
 def _check(path, completed):
     """Every completed step reads back; a step cut by the kill may be partly there."""
-    expect = {"a": lambda s: s, "b": lambda s: s / 4, "c": lambda s: f"s{s}",
-              "d/e": lambda s: [s], "sparse": float, "irr": lambda s: s}
+    expect = {
+        "a": lambda s: s,
+        "b": lambda s: s / 4,
+        "c": lambda s: f"s{s}",
+        "d/e": lambda s: [s],
+        "sparse": float,
+        "irr": lambda s: s,
+    }
     logged = {"sparse": lambda s: s % 3 == 0, "irr": lambda s: s % 7 in (0, 1, 3)}
     with cm.Reader(path) as r:
         for name, value in expect.items():
@@ -99,12 +106,15 @@ time.sleep(60)
 def test_second_writer_in_another_process_is_refused(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(_HOLDER), str(tmp_path)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
-        for make in (lambda: cm.DirectWriter(tmp_path, step=1),
-                     lambda: cm.CompactingWriter(tmp_path, step=1, hotsize=2)):
+        for make in (
+            lambda: cm.DirectWriter(tmp_path, step=1),
+            lambda: cm.CompactingWriter(tmp_path, step=1, hotsize=2),
+        ):
             with pytest.raises(cm.RunLockedError, match="another process"):
                 make()
         with cm.Reader(tmp_path) as r:  # readers never lock and the data is untouched

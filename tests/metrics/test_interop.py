@@ -15,8 +15,18 @@ import chute.metrics as cm
 
 from ._util import assert_readers_agree, same
 
-ALL_DTYPES = [np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
-              np.uint8, np.uint16, np.uint32, np.uint64]
+ALL_DTYPES = [
+    np.float32,
+    np.float64,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+]
 
 
 def wait_compacted(run, timeout=10.0):
@@ -136,7 +146,8 @@ def test_live_run_read_while_other_library_writes(tmp_path, writer_lib, reader_l
     n = 1500
     proc = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(_LIVE_WRITER), writer_lib, str(tmp_path), str(n)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     open_reader = cm.Reader if reader_lib == "chute" else plattli.Reader

@@ -149,9 +149,12 @@ def test_live_reader_caches_until_refresh(tmp_path):
 @settings(max_examples=25, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.integers(0, 3), st.one_of(st.floats(allow_nan=False, width=32),
-                                              st.integers(-(2**40), 2**40))),
-        min_size=1, max_size=40,
+        st.tuples(
+            st.integers(0, 3),
+            st.one_of(st.floats(allow_nan=False, width=32), st.integers(-(2**40), 2**40)),
+        ),
+        min_size=1,
+        max_size=40,
     )
 )
 def test_property_roundtrip_and_interop(tmp_path_factory, ops):

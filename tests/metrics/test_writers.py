@@ -37,7 +37,12 @@ def test_auto_dtypes_and_roundtrip(tmp_path, make):
     w.finish(optimize=False, zip=False)
     m = manifest(tmp_path)
     assert {k: v["dtype"] for k, v in m.items()} == {
-        "f": "f32", "i": "i64", "b": "jsonl", "s": "jsonl", "j": "jsonl", "u8": "u8",
+        "f": "f32",
+        "i": "i64",
+        "b": "jsonl",
+        "s": "jsonl",
+        "j": "jsonl",
+        "u8": "u8",
         "detail/thing0": "f64",
     }
     assert (tmp_path / "plattli" / "detail" / "thing0.f64").exists()
@@ -104,8 +109,24 @@ def test_rejected_values_change_nothing(tmp_path, make, first, second, exc):
 
 
 @pytest.mark.parametrize(
-    "name", ["", "/abs", "a//b", "a/./b", "../x", "a\\b", "a\0b", "step", "hot", "hot.compacting",
-             "run_rows", "when_exported", 3, "x" * 250, "d/" + "y" * 250]
+    "name",
+    [
+        "",
+        "/abs",
+        "a//b",
+        "a/./b",
+        "../x",
+        "a\\b",
+        "a\0b",
+        "step",
+        "hot",
+        "hot.compacting",
+        "run_rows",
+        "when_exported",
+        3,
+        "x" * 250,
+        "d/" + "y" * 250,
+    ],
 )
 def test_bad_names_rejected_before_anything_is_written(tmp_path, make, name):
     w = make(tmp_path)

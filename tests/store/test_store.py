@@ -367,3 +367,15 @@ store.gather(np.arange(200))
     for _ in range(5):
         r = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
         assert r.returncode == 0, r.stderr.decode()
+
+
+def test_gather_into_padded_slots(store_path: Path) -> None:
+    with RecordStore(store_path, mode="w") as s:
+        s.append([b"ab", b"", b"wxyz"])
+        out = np.full((3, 5), ord("."), np.uint8)
+        s.gather_into([2, 0, 1], out, [0, 5, 10])
+        assert out.tobytes() == b"wxyz.ab..........."[:15]
+        with pytest.raises(ValueError, match="offsets"):
+            s.gather_into([0], out, [0, 1])
+        with pytest.raises(ValueError, match="slot"):
+            s.gather_into([2], out, [13])  # 4 bytes do not fit at byte 13 of 15

@@ -24,11 +24,19 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("indirs", nargs="*", default=["."], help="folders whose run folders to convert")
     c.add_argument("-o", "--outdir", help="write <outdir>/<run>.plattli instead of in place")
     c.add_argument("-w", "--workers", type=int, default=max(1, (os.cpu_count() or 1) - 2))
-    c.add_argument("--skipcols", action="append", default=[], metavar="REGEXP",
-                   help='skip metrics fully matching REGEXP ("DEFAULT": [pg]norm.*)')
+    c.add_argument(
+        "--skipcols",
+        action="append",
+        default=[],
+        metavar="REGEXP",
+        help='skip metrics fully matching REGEXP ("DEFAULT": [pg]norm.*)',
+    )
     c.add_argument("--deep", action="store_true", help="search run folders recursively")
-    c.add_argument("--allow-rewinds", action="store_true",
-                   help="a step going back truncates the data logged from it on")
+    c.add_argument(
+        "--allow-rewinds",
+        action="store_true",
+        help="a step going back truncates the data logged from it on",
+    )
 
     ls = sub.add_parser("ls", help="metrics of a run: rows, dtype, last value")
     ls.add_argument("run")
@@ -38,8 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("-n", "--lines", type=int, default=10, help="steps to print first")
     t.add_argument("-f", "--follow", action="store_true", help="keep printing new steps")
     t.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
-    t.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
-                   help="with -f: stop after this long without new steps")
+    t.add_argument(
+        "--idle-exit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with -f: stop after this long without new steps",
+    )
 
     pl = sub.add_parser("plot", help="plot metrics of a run to an image (needs matplotlib)")
     pl.add_argument("run")

@@ -184,9 +184,7 @@ class ColumnStore:
                 if step > last:
                     steps.append(step)
                     vals.append(val)
-        self.append_many(
-            [(n, s, v, self._fold_code(n, v)) for n, (s, v) in pending.items() if s]
-        )
+        self.append_many([(n, s, v, self._fold_code(n, v)) for n, (s, v) in pending.items() if s])
         for hot in (F.HOT_COMPACTING, F.HOT):
             if os.path.exists(self._path(hot)):
                 os.unlink(self._path(hot))
@@ -405,4 +403,3 @@ def _monotonic(values: np.ndarray[Any, Any]) -> str | None:
     if np.all(b <= a):
         return "dec"
     return None
-

@@ -17,8 +17,16 @@ _U64_MAX = 2**64 - 1
 _F32_MAX = float(np.finfo(np.float32).max)
 #: struct format per numeric code, for packing one value without building an array.
 _STRUCT_CODES = {
-    "f32": "f", "f64": "d", "i8": "b", "i16": "h", "i32": "i", "i64": "q",
-    "u8": "B", "u16": "H", "u32": "I", "u64": "Q",
+    "f32": "f",
+    "f64": "d",
+    "i8": "b",
+    "i16": "h",
+    "i32": "i",
+    "i64": "q",
+    "u8": "B",
+    "u16": "H",
+    "u32": "I",
+    "u64": "Q",
 }
 PACK = {c: struct.Struct("<" + _STRUCT_CODES[c]) for c in NUMERIC_DTYPES}
 

@@ -29,9 +29,16 @@ RESERVED_NAMES = frozenset({"step", "run_rows", "when_exported", "hot", "hot.com
 NUMERIC_DTYPES: dict[str, np.dtype[Any]] = {
     code: np.dtype(spec)
     for code, spec in {
-        "f32": "<f4", "f64": "<f8",
-        "i8": "i1", "i16": "<i2", "i32": "<i4", "i64": "<i8",
-        "u8": "u1", "u16": "<u2", "u32": "<u4", "u64": "<u8",
+        "f32": "<f4",
+        "f64": "<f8",
+        "i8": "i1",
+        "i16": "<i2",
+        "i32": "<i4",
+        "i64": "<i8",
+        "u8": "u1",
+        "u16": "<u2",
+        "u32": "<u4",
+        "u64": "<u8",
     }.items()
 }
 DTYPE_CODES = frozenset(NUMERIC_DTYPES) | {JSONL}

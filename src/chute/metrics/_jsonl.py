@@ -33,6 +33,7 @@ def _loads(line: bytes) -> Any:
             pass
     return json.loads(line)
 
+
 JSONL_NAME = "metrics.jsonl"
 #: What `--skipcols DEFAULT` skips: per-parameter norms that bloat logs.
 DEFAULT_SKIP = r"[pg]norm.*"

@@ -8,9 +8,12 @@ from typing import Any
 import numpy as np
 
 _FAMILIES = {
-    "start": ("step", "lo"), "stop": ("step", "hi"),
-    "vstart": ("value", "lo"), "vstop": ("value", "hi"),
-    "istart": ("index", "lo"), "istop": ("index", "hi"),
+    "start": ("step", "lo"),
+    "stop": ("step", "hi"),
+    "vstart": ("value", "lo"),
+    "vstop": ("value", "hi"),
+    "istart": ("index", "lo"),
+    "istop": ("index", "hi"),
 }
 _I64 = np.iinfo(np.int64)
 

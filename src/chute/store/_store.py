@@ -475,6 +475,28 @@ class RecordStore:
             self._gather(idx, values, 0, offsets)
         return values, offsets
 
+    def gather_into(
+        self,
+        indices: IndexLike,
+        out: npt.NDArray[Any],
+        offsets: npt.NDArray[np.integer[Any]] | Sequence[int],
+    ) -> npt.NDArray[Any]:
+        """Decode record i to byte ``offsets[i]`` of ``out`` (C-contiguous), in one native call.
+
+        A slot may be larger than its record (the rest is left as it was), so a padded batch
+        is filled in place: fill ``out`` with the pad value, then gather into it.
+        """
+        self._check_open()
+        idx = self._as_indices(indices)
+        offs = np.ascontiguousarray(offsets, dtype=np.uint64).reshape(-1)
+        if offs.size != idx.size:
+            raise ValueError(f"{idx.size} indices but {offs.size} offsets")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out must be a writeable C-contiguous array")
+        if idx.size:
+            self._gather(idx, out, 0, offs)
+        return out
+
     def _gather(
         self,
         idx: npt.NDArray[np.int64],
