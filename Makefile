@@ -25,6 +25,8 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python bench/store.py
+	$(BIN)/python bench/sampler.py --plot
+	$(BIN)/python bench/loader.py --plot
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info src/chute/_native/*.so

@@ -18,5 +18,10 @@ setup(
             # libzstd.so.1 ships on every machine; its unversioned dev symlink does not.
             extra_link_args=["-pthread", "-l:libzstd.so.1"],
         ),
+        Extension(
+            "chute._native._sampler",
+            sources=["src/chute/_native/sampler_module.c"],
+            extra_compile_args=_CFLAGS,
+        ),
     ],
 )

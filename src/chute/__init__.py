@@ -17,6 +17,9 @@ from chute.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
+from chute.loader import DataLoader
+from chute.ragged import RaggedDataset, pad, write_ragged
+from chute.sampler import Sampler
 from chute.store import Codec, RecordStore
 
 __all__ = [
@@ -24,11 +27,16 @@ __all__ = [
     "ChuteError",
     "Codec",
     "CorruptStoreError",
+    "DataLoader",
     "Dataset",
+    "RaggedDataset",
     "RecordStore",
+    "Sampler",
     "StoreClosedError",
     "StoreError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "pad",
     "write_dataset",
+    "write_ragged",
 ]

@@ -71,7 +71,7 @@ def write_dataset(
     with RecordStore(path, mode="w", codec=c, level=level) as store:
         write_schema(path, {"dtype": dtype.str, "shape": list(shape[1:]), "codec": codec_name(c)})
         if c is Codec.ZSTD_DICT:
-            picks = sample_rows(n, row_bytes)
+            picks = sample_rows(n, row_bytes, dict_size)
             store.train_dict(_rows_as_bytes(np.asarray(array[picks]), len(picks)), dict_size)
         with tqdm(
             total=total, unit="B", unit_scale=True, disable=not show, file=sys.stderr,
@@ -132,7 +132,7 @@ class Dataset:
     def __getitems__(self, indices: Any) -> npt.NDArray[Any]:
         """A batch ``(n, *item_shape)`` for a flat sequence of indices: one native call."""
         idx = np.asarray(indices)
-        if idx.dtype == np.bool_ or not np.issubdtype(idx.dtype, np.integer):
+        if idx.dtype.kind not in "iu":
             if idx.size:
                 raise TypeError(f"dataset indices must be integers, got {idx.dtype}")
             idx = idx.astype(np.int64)
@@ -162,7 +162,7 @@ class Dataset:
                 if idx.shape != (n,):
                     raise IndexError(f"boolean mask of shape {idx.shape} does not match ({n},)")
                 idx = np.flatnonzero(idx)
-            elif not np.issubdtype(idx.dtype, np.integer):
+            elif idx.dtype.kind not in "iu":
                 if idx.size or idx.dtype != np.float64:  # [] arrives as an empty float array
                     raise TypeError(
                         f"dataset indices must be integers or a boolean mask, got {idx.dtype}"

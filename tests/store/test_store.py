@@ -303,3 +303,67 @@ def test_durable_mode_round_trips(store_path: Path) -> None:
         s.sync()
     with RecordStore(store_path) as r:
         assert len(r) == 29 and r.verify()["damaged"] == []
+
+
+def test_threads_share_a_store(store_path: Path) -> None:
+    """Appends from several threads land whole; readers on other threads see whole records."""
+    writer = RecordStore(store_path, mode="w")
+    reader = RecordStore(store_path)
+    errors: list[BaseException] = []
+
+    def append(t: int) -> None:
+        try:
+            for k in range(40):
+                writer.append([bytes([t]) * (100 + k)] * 5)
+        except BaseException as e:
+            errors.append(e)
+
+    def read() -> None:
+        try:
+            for _ in range(200):
+                n = len(reader)
+                if n:
+                    values, offsets = reader.gather_packed(np.arange(n))
+                    for k in range(n):
+                        rec = values[offsets[k] : offsets[k + 1]]
+                        assert rec.size >= 100 and (rec == rec[0]).all()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=append, args=(t,)) for t in range(4)]
+    threads += [threading.Thread(target=read) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(writer) == 4 * 40 * 5
+    writer.close()
+    reader.close()
+
+
+def test_exit_with_stores_open_and_threads_gathering(store_path: Path) -> None:
+    """Interpreter exit while daemon threads are inside gather, stores never closed."""
+    import subprocess
+    import sys
+
+    with RecordStore(store_path, mode="w") as s:
+        s.append(np.arange(200 * 4096, dtype=np.uint8).reshape(200, 4096) % 7)
+    script = f"""
+import threading, numpy as np
+from chute import RecordStore
+store = RecordStore({str(store_path)!r})
+writer_dir = {str(store_path.parent / "w.zr")!r}
+w = RecordStore(writer_dir, mode="w")
+w.append([b"x" * 100])
+def spin():
+    idx = np.arange(200)
+    while True:
+        store.gather(idx)
+for _ in range(4):
+    threading.Thread(target=spin, daemon=True).start()
+store.gather(np.arange(200))
+"""
+    for _ in range(5):
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr.decode()

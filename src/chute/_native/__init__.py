@@ -1,5 +1,6 @@
 """The typed face of chute's compiled core. Only `chute.store` and `chute.sampler` import it."""
 
+from chute._native._sampler import fill
 from chute._native._zrecord import (
     compress,
     crc32c,
@@ -13,6 +14,7 @@ from chute._native._zrecord import (
 __all__ = [
     "compress",
     "crc32c",
+    "fill",
     "gather",
     "make_cdict",
     "make_ddict",

@@ -8,7 +8,8 @@
 #include "crc32c.h"
 #include "pool.h"
 
-enum { SHARD_BYTES = 96 * 1024 }; /* decoded bytes that make another shard worth a wake-up */
+/* Work, in bytes of plain copy, that makes another shard worth waking a thread for. */
+enum { SHARD_WORK = 48 * 1024, FRAME_COST = 4096, DECODE_FACTOR = 4, SHARDS_PER_THREAD = 4 };
 
 /* Per-thread zstd contexts, created on first use and reused for the life
  * of the thread (worker or caller), freed by the key's destructor when the thread ends. */
@@ -155,14 +156,20 @@ static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
 void chute_gather(gather_args *a) {
     memset(&a->err, 0, sizeof a->err);
     a->unchecked = 0;
-    /* Split by bytes, not records: a small batch is cheaper on one core than a wake-up. */
-    uint64_t bytes = 0;
+    /* Split by work, not records: a small batch is cheaper on one core than a wake-up. A
+     * compressed record costs a frame set-up plus a few times its bytes in a plain copy. */
+    uint64_t work = 0;
     for (size_t i = 0; i < a->n; i++) {
         int64_t ix = a->idx[i];
-        if (ix >= 0 && (uint64_t)ix < a->length) bytes += a->table[ix].logic_length;
+        if (ix < 0 || (uint64_t)ix >= a->length) continue;
+        const zr_loc *loc = &a->table[ix];
+        work += loc->codec == CODEC_RAW ? loc->logic_length
+                                        : FRAME_COST + DECODE_FACTOR * (uint64_t)loc->logic_length;
     }
-    size_t max_shards = a->max_threads ? a->max_threads : 1;
-    size_t by_bytes = (size_t)(bytes / SHARD_BYTES) + 1;
+    /* A few shards per thread, so a thread that wakes late (the machine is busy) still
+     * finds work left instead of leaving the caller to do it all. */
+    size_t max_shards = (a->max_threads ? a->max_threads : 1) * SHARDS_PER_THREAD;
+    size_t by_bytes = (size_t)(work / SHARD_WORK) + 1;
     if (by_bytes < max_shards) max_shards = by_bytes;
     size_t min_block = 1;
     size_t ns = chute_shard_count(a->n, min_block, max_shards);
@@ -215,6 +222,17 @@ static void compress_shard(void *p, size_t begin, size_t end, size_t shard) {
             return;
         }
     }
+    if (a->codec == CODEC_ZSTD_DICT) {
+        /* A large dictionary's tables cost more to copy into the context than a small record
+         * costs to compress: then use them in place ("attach"). */
+        ZSTD_CCtx_reset(t->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
+        if (a->attach_dict)
+            ZSTD_CCtx_setParameter(t->cctx, ZSTD_C_FORCE_ATTACH_DICT, ZSTD_DICT_FORCE_ATTACH);
+        if (ZSTD_isError(ZSTD_CCtx_refCDict(t->cctx, a->cdict))) {
+            job->nomem[shard] = 1;
+            return;
+        }
+    }
     for (size_t i = begin; i < end; i++) {
         const uint8_t *src = a->src + a->src_off[i];
         size_t len = (size_t)a->src_len[i];
@@ -223,9 +241,8 @@ static void compress_shard(void *p, size_t begin, size_t end, size_t shard) {
         size_t r = (size_t)-1;
         if (a->codec != CODEC_RAW && len > 0) {
             size_t cap = slot_capacity(len, a->codec);
-            r = a->codec == CODEC_ZSTD_DICT
-                    ? ZSTD_compress_usingCDict(t->cctx, out, cap, src, len, a->cdict)
-                    : ZSTD_compressCCtx(t->cctx, out, cap, src, len, a->level);
+            r = a->codec == CODEC_ZSTD_DICT ? ZSTD_compress2(t->cctx, out, cap, src, len)
+                                            : ZSTD_compressCCtx(t->cctx, out, cap, src, len, a->level);
         }
         if (ZSTD_isError(r) || r >= len) { /* did not shrink: store as is */
             memcpy(out, src, len);
@@ -242,7 +259,7 @@ void chute_compress(compress_args *a) {
     a->packed = 0;
     a->nomem = 0;
     if (a->n == 0) return;
-    size_t max_shards = a->max_threads ? a->max_threads : 1;
+    size_t max_shards = (a->max_threads ? a->max_threads : 1) * SHARDS_PER_THREAD;
     size_t ns = chute_shard_count(a->n, 4, max_shards);
     size_t *slot = malloc(a->n * sizeof *slot);
     int *nomem = calloc(ns, sizeof *nomem);

@@ -85,6 +85,7 @@ typedef struct {
     int codec; /* CODEC_RAW, CODEC_ZSTD or CODEC_ZSTD_DICT */
     int level;
     const ZSTD_CDict *cdict;
+    int attach_dict; /* use the dictionary's tables in place instead of copying them */
     size_t max_threads;
     uint8_t *out;       /* capacity chute_compress_capacity(); packed densely on return */
     uint32_t *phys_len; /* out */

@@ -2,6 +2,7 @@
  * layer (chute.store) owns files, layout and validation; this module owns the loops. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -12,6 +13,10 @@
 
 #define CDICT_CAPSULE "chute.zstd_cdict"
 #define DDICT_CAPSULE "chute.zstd_ddict"
+/* From this dictionary size on, attaching its tables beats copying them per record
+ * (measured on 12 KiB records at level 19: 1 MiB dictionary 2.9 -> 5.2 MiB/s, while a
+ * 110 KiB one drops from 35 to 7 MiB/s when attached). */
+#define ATTACH_DICT_BYTES ((uintptr_t)512 * 1024)
 
 static void cdict_free(PyObject *cap) {
     ZSTD_CDict *d = PyCapsule_GetPointer(cap, CDICT_CAPSULE);
@@ -27,10 +32,14 @@ static PyObject *make_cdict(PyObject *self, PyObject *args) {
     Py_buffer dict;
     int level;
     if (!PyArg_ParseTuple(args, "y*i", &dict, &level)) return NULL;
-    ZSTD_CDict *d = ZSTD_createCDict(dict.buf, (size_t)dict.len, level);
+    size_t size = (size_t)dict.len;
+    ZSTD_CDict *d = ZSTD_createCDict(dict.buf, size, level);
     PyBuffer_Release(&dict);
     if (!d) return PyErr_Format(PyExc_ValueError, "zstd rejected the dictionary");
-    return PyCapsule_New(d, CDICT_CAPSULE, cdict_free);
+    PyObject *cap = PyCapsule_New(d, CDICT_CAPSULE, cdict_free);
+    /* The context carries the dictionary's size, which decides how records use it. */
+    if (cap && PyCapsule_SetContext(cap, (void *)(uintptr_t)size) < 0) Py_CLEAR(cap);
+    return cap;
 }
 
 static PyObject *make_ddict(PyObject *self, PyObject *args) {
@@ -237,6 +246,7 @@ static PyObject *compress(PyObject *self, PyObject *args) {
     if (codec == CODEC_ZSTD_DICT) {
         a.cdict = PyCapsule_GetPointer(cdict_obj, CDICT_CAPSULE);
         if (!a.cdict) goto done;
+        a.attach_dict = (uintptr_t)PyCapsule_GetContext(cdict_obj) >= ATTACH_DICT_BYTES;
     }
     size_t cap = chute_compress_capacity(len.buf, n, codec);
     out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)cap);

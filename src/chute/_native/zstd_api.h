@@ -27,6 +27,16 @@ size_t ZSTD_compress_usingCDict(ZSTD_CCtx *cctx, void *dst, size_t dstCapacity, 
                                 size_t srcSize, const ZSTD_CDict *cdict);
 size_t ZSTD_decompress_usingDDict(ZSTD_DCtx *dctx, void *dst, size_t dstCapacity,
                                   const void *src, size_t srcSize, const ZSTD_DDict *ddict);
+size_t ZSTD_CCtx_reset(ZSTD_CCtx *cctx, int reset);
+size_t ZSTD_CCtx_setParameter(ZSTD_CCtx *cctx, int param, int value);
+size_t ZSTD_CCtx_refCDict(ZSTD_CCtx *cctx, const ZSTD_CDict *cdict);
+size_t ZSTD_compress2(ZSTD_CCtx *cctx, void *dst, size_t dstCapacity, const void *src,
+                      size_t srcSize);
+enum { ZSTD_RESET_SESSION_AND_PARAMETERS = 3 };
+/* Experimental parameter (ZSTD_c_forceAttachDict = ZSTD_c_experimentalParam4), stable in value
+ * since zstd 1.3.6; a library that does not know it rejects it, and chute carries on without. */
+enum { ZSTD_C_FORCE_ATTACH_DICT = 1001, ZSTD_DICT_FORCE_ATTACH = 1 };
+
 size_t ZDICT_trainFromBuffer(void *dictBuffer, size_t dictBufferCapacity,
                              const void *samplesBuffer, const size_t *samplesSizes,
                              unsigned nbSamples);

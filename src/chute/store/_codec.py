@@ -11,8 +11,9 @@ from chute import _native
 
 #: zstd's own recommendation for a dictionary's size, and the cap chute uses by default.
 DEFAULT_DICT_CAP = 112_640
-#: How much sample data a dictionary is trained on, at most.
-TRAIN_SAMPLE_BYTES = 32 << 20
+#: Training data per dictionary byte (zstd's guideline is about 100x), and its bounds.
+SAMPLES_PER_DICT_BYTE = 100
+TRAIN_SAMPLE_RANGE = (4 << 20, 64 << 20)
 
 
 def default_dict_size(sample_bytes: int) -> int:
@@ -20,9 +21,11 @@ def default_dict_size(sample_bytes: int) -> int:
     return int(min(DEFAULT_DICT_CAP, max(256, sample_bytes // 100)))
 
 
-def sample_rows(n: int, row_bytes: int) -> npt.NDArray[np.int64]:
-    """Evenly spread row indices whose bytes add up to at most TRAIN_SAMPLE_BYTES."""
-    take = n if row_bytes == 0 else min(n, max(1, TRAIN_SAMPLE_BYTES // max(row_bytes, 1)))
+def sample_rows(n: int, row_bytes: int, dict_size: int | None = None) -> npt.NDArray[np.int64]:
+    """Evenly spread row indices: enough training data for a dictionary of ``dict_size``."""
+    low, high = TRAIN_SAMPLE_RANGE
+    budget = min(high, max(low, SAMPLES_PER_DICT_BYTE * (dict_size or DEFAULT_DICT_CAP)))
+    take = n if row_bytes == 0 else min(n, max(1, budget // row_bytes))
     if n == 0:
         return np.empty(0, np.int64)
     return np.unique(np.linspace(0, n - 1, num=take).astype(np.int64))

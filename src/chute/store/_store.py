@@ -19,12 +19,14 @@ Crash-safety order, for every mutation (the one place it is argued):
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import os
+import threading
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +60,23 @@ IndexLike = int | Sequence[int] | npt.NDArray[np.integer[Any]]
 _PAGE = mmap.PAGESIZE
 _MIN_CAPACITY = 1024
 _APPEND_SLICE = 64 << 20  # source bytes compressed and written per step
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _locked(
+    method: Callable[Concatenate[RecordStore, _P], _R],
+) -> Callable[Concatenate[RecordStore, _P], _R]:
+    """Serialise a method that changes the handle's state, so threads may share a store."""
+
+    def wrapper(self: RecordStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    functools.update_wrapper(wrapper, method)
+    return wrapper
 
 
 def default_threads() -> int:
@@ -113,6 +132,7 @@ class RecordStore:
         self._threads = threads if threads and threads > 0 else default_threads()
         self._durable = durable
         self._closed = True
+        self._lock = threading.RLock()
         self._meta_fd = -1
         self._sums_fd = -1
         self._chunk_fds: list[int] = []
@@ -146,8 +166,8 @@ class RecordStore:
         try:
             if self._writable:
                 lock_exclusive(self._meta_fd, self._path)
-            self._map_meta()
-            self._open_chunks()
+            self._tail_chunk, self._tail_offset, self._length = self._map_meta()
+            self._open_chunks(self._tail_chunk, self._tail_offset)
             self._open_dict()
             self._open_sums()
             if self._writable:
@@ -172,37 +192,47 @@ class RecordStore:
         meta = header + bytes(fmt.meta_size(_MIN_CAPACITY) - len(header))
         write_file_atomic(self._path / fmt.META_FILE, meta, durable=self._durable)
 
-    def _read_header(self) -> tuple[int, int, int]:
-        assert self._meta is not None
-        magic, version, tail_chunk, tail_offset, length = fmt.HEADER.unpack_from(self._meta, 0)
+    def _read_header(self, meta: mmap.mmap | None = None) -> tuple[int, int, int]:
+        m = meta if meta is not None else self._meta
+        assert m is not None
+        magic, version, tail_chunk, tail_offset, length = fmt.HEADER.unpack_from(m, 0)
         if magic != fmt.MAGIC:
             raise CorruptStoreError(f"{self._path} is not a Zrecord store: bad magic {magic!r}")
         if version != fmt.VERSION:
             raise StoreError(f"{self._path}: Zrecord version {version} is not supported (want 3)")
         return int(tail_chunk), int(tail_offset), int(length)
 
-    def _map_meta(self) -> None:
+    def _map_meta(self) -> tuple[int, int, int]:
+        """Map meta.zr whole and return its header state. The new table is in place before
+        the old mapping goes, so threads reading the table never see it missing."""
         size = os.fstat(self._meta_fd).st_size
         if size < fmt.HEADER_SIZE:
             raise CorruptStoreError(
                 f"{self._path}/meta.zr is truncated: {size} bytes, the header alone is 16"
             )
-        self._unmap_meta()
         access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
-        self._meta = mmap.mmap(self._meta_fd, size, access=access)
-        tail_chunk, tail_offset, length = self._read_header()
-        capacity = (size - fmt.HEADER_SIZE) // fmt.LOC_SIZE
-        if length > capacity:
-            raise CorruptStoreError(
-                f"{self._path}/meta.zr is truncated: header says {length} records, "
-                f"the file holds {capacity} table entries"
-            )
-        if tail_chunk >= fmt.MAX_CHUNKS:
-            raise CorruptStoreError(f"{self._path}: tail chunk {tail_chunk} is past the limit")
+        meta = mmap.mmap(self._meta_fd, size, access=access)
+        try:
+            tail_chunk, tail_offset, length = self._read_header(meta)
+            capacity = (size - fmt.HEADER_SIZE) // fmt.LOC_SIZE
+            if length > capacity:
+                raise CorruptStoreError(
+                    f"{self._path}/meta.zr is truncated: header says {length} records, "
+                    f"the file holds {capacity} table entries"
+                )
+            if tail_chunk >= fmt.MAX_CHUNKS:
+                raise CorruptStoreError(f"{self._path}: tail chunk {tail_chunk} is past the limit")
+        except BaseException:
+            meta.close()
+            raise
+        old = self._meta
+        self._meta = meta
         self._table = np.frombuffer(
-            self._meta, dtype=fmt.LOC_DTYPE, count=capacity, offset=fmt.HEADER_SIZE
+            meta, dtype=fmt.LOC_DTYPE, count=capacity, offset=fmt.HEADER_SIZE
         )
-        self._tail_chunk, self._tail_offset, self._length = tail_chunk, tail_offset, length
+        if old is not None:
+            _release(old)
+        return tail_chunk, tail_offset, length
 
     def _unmap_meta(self) -> None:
         self._table = np.empty(0, fmt.LOC_DTYPE)
@@ -210,25 +240,31 @@ class RecordStore:
             _release(self._meta)
             self._meta = None
 
-    def _open_chunks(self) -> None:
+    def _open_chunks(self, tail_chunk: int, tail_offset: int) -> None:
+        """Open chunk files up to ``tail_chunk`` and publish their readable limits, then their
+        maps: a thread that sees a new length (published after this) sees both."""
         flags = os.O_RDWR if self._writable else os.O_RDONLY
         known = len(self._chunk_fds)
-        while len(self._chunk_fds) <= self._tail_chunk:
+        while len(self._chunk_fds) <= tail_chunk:
             c = len(self._chunk_fds)
             try:
                 self._chunk_fds.append(os.open(self._path / fmt.chunk_file(c), flags))
             except FileNotFoundError:
                 raise CorruptStoreError(
                     f"{self._path}: chunk file {fmt.chunk_file(c)} is missing "
-                    f"(the header names chunks 0..{self._tail_chunk})"
+                    f"(the header names chunks 0..{tail_chunk})"
                 ) from None
-        self._limits = np.empty(len(self._chunk_fds), np.uint64)
-        for c, fd in enumerate(self._chunk_fds):
-            size = os.fstat(fd).st_size
-            self._limits[c] = min(size, fmt.CHUNK_LIMIT)
-        self._limits[self._tail_chunk] = min(int(self._limits[self._tail_chunk]), self._tail_offset)
+        self._limits = self._chunk_limits(tail_chunk, tail_offset)
         if self._chunk_maps is None or known != len(self._chunk_fds):
             self._chunk_maps = _native.map_chunks(self._chunk_fds)
+
+    def _chunk_limits(self, tail_chunk: int, tail_offset: int) -> npt.NDArray[np.uint64]:
+        """Bytes readable in each chunk: its file size, and in the tail, up to the frontier."""
+        limits = np.empty(len(self._chunk_fds), np.uint64)
+        for c, fd in enumerate(self._chunk_fds):
+            limits[c] = min(os.fstat(fd).st_size, fmt.CHUNK_LIMIT)
+        limits[tail_chunk] = min(int(limits[tail_chunk]), tail_offset)
+        return limits
 
     def _open_dict(self) -> None:
         path = self._path / fmt.DICT_FILE
@@ -314,8 +350,9 @@ class RecordStore:
 
     def _drop_uncommitted_tail(self) -> None:
         """Cut what a crashed writer left past the frontier: bytes and whole chunk files."""
-        os.ftruncate(self._chunk_fds[self._tail_chunk], self._tail_offset)
-        self._limits[self._tail_chunk] = self._tail_offset
+        fd = self._chunk_fds[self._tail_chunk]
+        if os.fstat(fd).st_size > self._tail_offset:  # never extend: a short chunk is damage
+            os.ftruncate(fd, self._tail_offset)
         c = self._tail_chunk + 1
         while (self._path / fmt.chunk_file(c)).exists():
             (self._path / fmt.chunk_file(c)).unlink()
@@ -345,6 +382,7 @@ class RecordStore:
             self.refresh()
         return self._length
 
+    @_locked
     def refresh(self) -> int:
         """See records a writer committed since this reader opened; returns the length."""
         self._check_open()
@@ -356,10 +394,11 @@ class RecordStore:
         tail_chunk, tail_offset, length = state
         if length > len(self._table):
             self._map_meta()
-        self._tail_chunk, self._tail_offset, self._length = tail_chunk, tail_offset, length
-        self._open_chunks()
+        self._open_chunks(tail_chunk, tail_offset)
         if self._sums is not None and len(self._sums) < length:
             self._map_sums(0)
+        self._tail_chunk, self._tail_offset = tail_chunk, tail_offset
+        self._length = length  # last: whoever sees it sees the table, limits and maps for it
         return length
 
     def _check_open(self) -> None:
@@ -375,10 +414,12 @@ class RecordStore:
 
     def _as_indices(self, indices: IndexLike) -> npt.NDArray[np.int64]:
         arr = np.asarray(indices)
-        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        if arr.dtype.kind not in "iu":  # bool is kind "b": not an index here
             if arr.size == 0:
                 return np.empty(0, np.int64)
             raise TypeError(f"record indices must be integers, got {arr.dtype}")
+        if arr.dtype == np.int64 and arr.ndim == 1 and arr.flags.c_contiguous:
+            return arr
         return np.ascontiguousarray(arr.reshape(-1), dtype=np.int64)
 
     def lengths(self, indices: IndexLike) -> npt.NDArray[np.uint32]:
@@ -526,6 +567,7 @@ class RecordStore:
         data, lengths = _concat(records)
         return self.append_packed(data, lengths, codec)
 
+    @_locked
     def append_packed(
         self,
         data: npt.NDArray[Any],
@@ -622,10 +664,8 @@ class RecordStore:
             return
         new = max(needed, capacity * 2, _MIN_CAPACITY)
         new = min(max(new, needed), fmt.MAX_RECORDS)
-        state = (self._tail_chunk, self._tail_offset, self._length)
         os.ftruncate(self._meta_fd, fmt.meta_size(new))
         self._map_meta()
-        self._tail_chunk, self._tail_offset, self._length = state
         self._map_sums(new)
 
     def _flush_maps(self, first: int, n: int) -> None:
@@ -642,12 +682,12 @@ class RecordStore:
         fmt.TAIL_STATE.pack_into(self._meta, fmt.TAIL_STATE_OFFSET, tail_chunk, tail_offset, length)
         if self._durable:
             self._meta.flush(0, _PAGE)
-        self._tail_chunk, self._tail_offset, self._length = tail_chunk, tail_offset, length
+        self._limits = self._chunk_limits(tail_chunk, tail_offset)
+        self._tail_chunk, self._tail_offset = tail_chunk, tail_offset
+        self._length = length
         self._stamp_sums()
-        for c in range(len(self._limits)):
-            self._limits[c] = min(os.fstat(self._chunk_fds[c]).st_size, fmt.CHUNK_LIMIT)
-        self._limits[tail_chunk] = tail_offset
 
+    @_locked
     def delete(self, indices: IndexLike) -> None:
         """Remove records, keeping the index space dense: the last record fills each hole.
 
@@ -672,6 +712,7 @@ class RecordStore:
         if self._durable:
             self.sync()
 
+    @_locked
     def train_dict(
         self,
         samples: Iterable[bytes | npt.NDArray[Any]] | npt.NDArray[Any],
@@ -687,7 +728,7 @@ class RecordStore:
             raise StoreError(f"{self._path} already has a dictionary (dict.zr)")
         if isinstance(samples, np.ndarray) and samples.ndim == 2:
             rows = np.ascontiguousarray(samples).view(np.uint8).reshape(len(samples), -1)
-            pick = rows[sample_rows(len(rows), rows.shape[1])]
+            pick = rows[sample_rows(len(rows), rows.shape[1], dict_size)]
             data, lens = pick.reshape(-1), np.full(len(pick), pick.shape[1], np.uint64)
         else:
             data, lens = _concat(samples)
@@ -698,6 +739,7 @@ class RecordStore:
         self._cdict = None
         return len(dictionary)
 
+    @_locked
     def compact(self) -> int:
         """Reclaim the bytes deleted records left behind, in place; returns bytes freed.
 
@@ -716,32 +758,41 @@ class RecordStore:
         self._stamp_sums(in_step=False)
         for k in np.flatnonzero(moved).tolist():
             self._move(int(order[k]), int(new_chunk[k]), int(new_off[k]), bool(overlap[k]), bounce)
-        for fd in self._chunk_fds:
-            os.fdatasync(fd)
         self.sync()
         self._commit(end[0], end[1], self._length)
         for c in range(len(self._chunk_fds) - 1, end[0], -1):
             os.close(self._chunk_fds.pop())
             (self._path / fmt.chunk_file(c)).unlink()
-        self._limits = self._limits[: end[0] + 1]
+        # Every chunk now ends where its packed records end (earlier chunks keep the slack
+        # of a record that did not fit): cut the files there.
+        ends = np.zeros(end[0] + 1, np.uint64)
+        np.maximum.at(ends, new_chunk, new_off.astype(np.uint64) + phys)
+        ends[end[0]] = end[1]
+        for c, fd in enumerate(self._chunk_fds):
+            if os.fstat(fd).st_size > int(ends[c]):
+                os.ftruncate(fd, int(ends[c]))
         self._chunk_maps = _native.map_chunks(self._chunk_fds)
-        os.ftruncate(self._chunk_fds[end[0]], end[1])
+        self._limits = self._chunk_limits(end[0], end[1])
         fsync_dir(self._path)
         return before - self._used_bytes()
 
-    def _reserve_bounce(self, size: int) -> int:
+    def _reserve_bounce(self, size: int) -> tuple[int, int]:
         """Commit ``size`` spare bytes past the frontier, where a record whose new place
-        overlaps its old bytes waits while it moves. Returns their offset in the tail chunk."""
-        start = self._tail_offset
+        overlaps its old bytes waits while it moves; a fresh chunk if the last one is full.
+        Returns the area's (chunk, offset)."""
+        chunk, start = self._tail_chunk, self._tail_offset
         if size == 0:
-            return start
+            return chunk, start
         if start + size > fmt.CHUNK_LIMIT:
-            raise StoreError("compaction needs up to 1 MiB of room in the last chunk")
-        os.ftruncate(self._chunk_fds[self._tail_chunk], start + size)
-        self._commit(self._tail_chunk, start + size, self._length)
-        return start
+            chunk, start = chunk + 1, 0
+            self._chunk_fd_for_write(chunk)
+        os.ftruncate(self._chunk_fds[chunk], start + size)
+        self._commit(chunk, start + size, self._length)
+        return chunk, start
 
-    def _move(self, index: int, chunk: int, offset: int, overlap: bool, bounce: int) -> None:
+    def _move(
+        self, index: int, chunk: int, offset: int, overlap: bool, bounce: tuple[int, int]
+    ) -> None:
         loc = self._table[index]
         size, old_chunk, old_off = int(loc["phys_length"]), int(loc["chunk_id"]), int(loc["offset"])
         try:
@@ -751,8 +802,8 @@ class RecordStore:
                 f"{self._path}: record {index} lies past the end of chunk {old_chunk}", index
             ) from None
         if overlap:
-            pwrite_all(self._chunk_fds[self._tail_chunk], data, bounce)
-            self._relocate(index, self._tail_chunk, bounce)
+            pwrite_all(self._chunk_fds[bounce[0]], data, bounce[1])
+            self._relocate(index, *bounce)
         pwrite_all(self._chunk_fds[chunk], data, offset)
         self._relocate(index, chunk, offset)
 
@@ -832,6 +883,7 @@ class RecordStore:
             if self._sums_map is not None:
                 self._sums_map.flush()
 
+    @_locked
     def close(self) -> None:
         """Release files and mappings; the store can no longer be used. Idempotent."""
         self._closed = True

@@ -1,0 +1,194 @@
+"""The full input pipeline (sample, gather, collate, hand over), batch 256, end to end.
+
+Workload: 20000 images of 3x64x64 uint8, smooth ramps plus noise (the store benchmark's
+``structured``, from bench/store.py), plus an int32 label stream. Contenders, each
+reading what it is built for: chute (zstd and raw stores), loaderx 0.7.3's DataLoader
+(zstd and raw stores), torch's DataLoader over a memory-mapped .npy (2 worker processes,
+persistent), and a plain numpy loop over the same .npy. Everyone gets 2 threads or workers
+(this machine has 2 cores). Reported as ratios of batches/s; run:
+``python bench/loader.py [--plot]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections.abc import Callable, Generator, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import loaderx
+import numpy as np
+from _steploader import bar_plot, interleaved, report, table
+from store import structured  # the store benchmark's workload
+
+import chute
+
+N, SHAPE, BATCH, WORKERS, WARMUP = 20_000, (3, 64, 64), 256, 2, 20
+
+
+Session = tuple[Iterator[Any], Callable[[], None]]
+"""A started loader: its batch iterator and how to stop it."""
+
+
+def _endless(make_epoch: Callable[[], Iterator[Any]]) -> Generator[Any, None, None]:
+    while True:
+        yield from make_epoch()
+
+
+def _chute(root: Path, codec: str) -> Session:
+    streams = {
+        "data": chute.Dataset(root / f"c-{codec}-x.zr"),
+        "label": chute.Dataset(root / f"c-{codec}-y.zr"),
+    }
+    dl = chute.DataLoader(streams, BATCH, num_threads=WORKERS)
+
+    def close() -> None:
+        dl.close()
+        for ds in streams.values():
+            ds.close()
+
+    return dl, close
+
+
+def _loaderx(root: Path, codec: str) -> Session:
+    streams = {
+        "data": loaderx.Dataset(str(root / f"l-{codec}-x.zr")),
+        "label": loaderx.Dataset(str(root / f"l-{codec}-y.zr")),
+    }
+    dl = loaderx.DataLoader(streams, num_workers=WORKERS, batch_size=BATCH, mode=2)
+    return iter(dl), dl.close
+
+
+class _MemmapPairs:
+    """torch map-style dataset: one (image, label) sample per index from the memory maps."""
+
+    def __init__(self, root: Path) -> None:
+        self.images = np.load(root / "images.npy", mmap_mode="r")
+        self.labels = np.load(root / "labels.npy", mmap_mode="r")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        return np.array(self.images[i]), np.array(self.labels[i])
+
+
+def _torch(root: Path) -> Session:
+    import torch.utils.data as tud
+
+    dl = tud.DataLoader(
+        _MemmapPairs(root),
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=WORKERS,
+        persistent_workers=True,
+        drop_last=True,
+    )
+    epochs = _endless(lambda: iter(dl))
+    return epochs, epochs.close  # the workers stop when the loader is collected
+
+
+def _numpy(root: Path) -> Session:
+    images = np.load(root / "images.npy", mmap_mode="r")
+    labels = np.load(root / "labels.npy", mmap_mode="r")
+
+    def epoch() -> Iterator[dict[str, np.ndarray]]:
+        order = np.random.default_rng().permutation(len(labels))
+        for k in range(len(order) // BATCH):
+            idx = order[k * BATCH : (k + 1) * BATCH]
+            yield {"data": images[idx], "label": labels[idx]}
+
+    batches = _endless(epoch)
+    return batches, batches.close
+
+
+def _write_all(root: Path, images: np.ndarray, labels: np.ndarray) -> None:
+    np.save(root / "images.npy", images)
+    np.save(root / "labels.npy", labels)
+    for codec in ("zstd", "raw"):
+        for name, array in (("x", images), ("y", labels)):
+            chute.write_dataset(root / f"c-{codec}-{name}.zr", array, codec=codec).close()
+            loaderx.write_dataset(str(root / f"l-{codec}-{name}.zr"), array, codec=codec)
+
+
+def _session(start: Callable[[], Session], batches: int) -> Callable[[], float]:
+    """A measurement: start the loader, warm it up, time ``batches`` batches, stop it.
+
+    One loader runs at a time, so no contender's background threads tax another's turn.
+    """
+
+    def measure() -> float:
+        it, close = start()
+        try:
+            for _ in range(WARMUP):
+                next(it)
+            begin = time.perf_counter()
+            for _ in range(batches):
+                batch = next(it)
+                first = batch["data"] if isinstance(batch, dict) else batch[0]
+                assert len(first) == BATCH
+            return batches / (time.perf_counter() - begin)
+        finally:
+            close()
+
+    return measure
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--plot", action="store_true", help="write bench/results/loader.png")
+    parser.add_argument("--workdir", default=None, help="where to write the data (temp dir)")
+    args = parser.parse_args()
+    images = structured(N)
+    labels = np.random.default_rng(1).integers(0, 1000, N).astype(np.int32)
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        root = Path(tmp)
+        _write_all(root, images, labels)
+        os.sync()  # no write-back of the fresh stores during anyone's turn
+        starts: dict[str, Callable[[], Session]] = {
+            "chute-zstd": partial(_chute, root, "zstd"),
+            "chute-raw": partial(_chute, root, "raw"),
+            "loaderx-zstd": partial(_loaderx, root, "zstd"),
+            "loaderx-raw": partial(_loaderx, root, "raw"),
+            "torch": partial(_torch, root),
+            "numpy": partial(_numpy, root),
+        }
+        measures = {name: _session(start, args.batches) for name, start in starts.items()}
+        rate = interleaved(measures, args.rounds)
+    mib = BATCH * (images[0].nbytes + 4) / 2**20
+    rows = [
+        [name, f"{r:.0f}", f"{1e3 / r:.2f}", f"{r * BATCH:,.0f}", f"{r * mib:,.0f}",
+         f"{r / rate['loaderx-zstd']:.2f}x", f"{r / rate['torch']:.2f}x"]
+        for name, r in sorted(rate.items(), key=lambda kv: -kv[1])
+    ]  # fmt: skip
+
+    def ratio(a: str, b: str) -> str:
+        return f"{rate[a] / rate[b]:.2f}x"
+
+    targets = [
+        ["chute-zstd / loaderx-zstd", ">= 1.2x", ratio("chute-zstd", "loaderx-zstd")],
+        ["chute-raw / loaderx-raw", ">= 1.3x", ratio("chute-raw", "loaderx-raw")],
+        ["chute-zstd / torch", ">= 5x", ratio("chute-zstd", "torch")],
+    ]
+    body = (
+        f"{N} records of {SHAPE} uint8 + int32 labels, batch {BATCH}, {WORKERS} threads or "
+        f"workers each; median batches/s of {args.rounds} interleaved rounds of "
+        f"{args.batches} batches.\n\n"
+        + table(["loader", "batches/s", "ms/batch", "samples/s", "MiB/s", "vs loaderx-zstd",
+                 "vs torch"], rows)
+        + "\n\n"
+        + table(["target", "wanted", "measured"], targets)
+    )  # fmt: skip
+    report("loader", "Loader benchmark", body)
+    if args.plot:
+        bar_plot("loader", [r[0] for r in rows], [float(r[1]) for r in rows], "batches/s")
+
+
+if __name__ == "__main__":
+    main()

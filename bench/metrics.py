@@ -1,0 +1,278 @@
+"""Metric log benchmark: chute.metrics against plattli 0.19.0, side by side in one run.
+
+Reports ratios (the machine is shared and noisy): each timing is the best of a few
+repeats, run alternately for the two libraries. Writes bench/results/metrics.md and,
+with --plot, a PNG of the ratios against their targets.
+
+    python bench/metrics.py [--quick] [--plot bench/results/metrics.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import plattli
+
+import chute.metrics as cm
+
+RESULTS = Path(__file__).parent / "results" / "metrics.md"
+
+
+def best_of(fn: Callable[[], object], repeats: int) -> float:
+    """Fastest of `repeats` timed calls, in seconds."""
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def median_of(fn: Callable[[], object], repeats: int) -> float:
+    """Median of `repeats` timed calls (for sub-millisecond reads)."""
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+# -- writers -----------------------------------------------------------------------------------
+def _log(
+    make: Callable[[str], object], path: str, steps: int, rows: list[dict[str, object]]
+) -> None:
+    if os.path.exists(path):
+        shutil.rmtree(path)
+    w = make(path)
+    for s in range(steps):
+        w.write(rows[s % len(rows)])  # type: ignore[attr-defined]
+        w.end_step()  # type: ignore[attr-defined]
+    w.finish(zip=False)  # type: ignore[attr-defined]
+
+
+def bench_writers(tmp: str, steps: int, repeats: int) -> list[tuple[str, float, float, str]]:
+    """steps/s for 10 float metrics + 1 string per step, finish() included."""
+    rng = np.random.default_rng(0)
+    rows = [
+        {**{f"m{i}": float(v) for i, v in enumerate(rng.random(10))}, "note": f"step note {s}"}
+        for s in range(1000)
+    ]
+    kinds: dict[str, tuple[Callable[[Any], Callable[[str], object]], str]] = {
+        "DirectWriter": (lambda lib: lambda p: lib.DirectWriter(p), "5x"),
+        "CompactingWriter(hotsize=200)": (
+            lambda lib: lambda p: lib.CompactingWriter(p, hotsize=200), "2x"),
+        "BulkWriter": (lambda lib: lambda p: lib.BulkWriter(p), "-"),
+    }
+    out = []
+    for label, (factory, target) in kinds.items():
+        # plattli's DirectWriter costs ~1 ms/step: one repeat of it is enough to measure.
+        reps = 1 if label == "DirectWriter" else repeats
+        t_ref = t_new = float("inf")
+        for _ in range(reps):
+            for lib, which in ((plattli, "ref"), (cm, "new")):
+                make = factory(lib)
+                t = best_of(lambda make=make, w=which: _log(make, f"{tmp}/w_{w}", steps, rows), 1)
+                if which == "ref":
+                    t_ref = min(t_ref, t)
+                else:
+                    t_new = min(t_new, t)
+        out.append(
+            (f"write {steps:,} steps: {label} (steps/s)", steps / t_ref, steps / t_new, target))
+        print(out[-1], flush=True)
+    return out
+
+
+# -- reader ------------------------------------------------------------------------------------
+def make_read_run(root: str, rows: int, nmetrics: int = 5) -> tuple[str, str]:
+    """A live-layout run folder (explicit .indices) and a finished zip of the same columns."""
+    rng = np.random.default_rng(1)
+    run = os.path.join(root, "run")
+    pdir = os.path.join(run, "plattli")
+    os.makedirs(pdir)
+    steps = np.arange(rows, dtype="<u4")
+    manifest: dict[str, object] = {}
+    for i in range(nmetrics):
+        rng.random(rows, dtype=np.float32).astype("<f4").tofile(os.path.join(pdir, f"m{i}.f32"))
+        steps.tofile(os.path.join(pdir, f"m{i}.indices"))
+        manifest[f"m{i}"] = {"indices": "indices", "dtype": "f32"}
+    with open(os.path.join(pdir, "plattli.json"), "w") as f:
+        json.dump(manifest, f)
+    with open(os.path.join(pdir, "config.json"), "w") as f:
+        json.dump({}, f)
+    zrun = os.path.join(root, "zrun")
+    os.makedirs(zrun)
+    zman: dict[str, object] = {
+        k: {"indices": [{"start": 0, "stop": rows, "step": 1}], "dtype": "f32"} for k in manifest
+    }
+    zman["run_rows"] = rows
+    with zipfile.ZipFile(os.path.join(zrun, "metrics.plattli"), "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("plattli.json", json.dumps(zman))
+        zf.writestr("config.json", "{}")
+        for i in range(nmetrics):
+            zf.write(os.path.join(pdir, f"m{i}.f32"), f"m{i}.f32")
+    return run, zrun
+
+
+def bench_reader(tmp: str, rows: int, repeats: int) -> list[tuple[str, float, float, str]]:
+    run, zrun = make_read_run(tmp, rows)
+    names = [f"m{i}" for i in range(5)]
+    out = []
+    raw = os.path.join(run, "plattli", "m0.f32")
+    t_file = best_of(lambda: np.fromfile(raw, dtype="<f4"), repeats)
+    for where, path in (("dir", run), ("zip", zrun)):
+        with plattli.Reader(path) as ref, cm.Reader(path) as new:
+            a, b = ref.metric("m0"), new.metric("m0")
+            assert np.array_equal(a[1], b[1]) and np.array_equal(a[0], b[0])
+            cases: list[tuple[str, Callable[[Any], object], Callable[..., float], str]] = [
+                (f"metric() {rows:,} rows, {where}", lambda r: r.metric("m0"), best_of, "-"),
+                (f"metric(idx=-1), {where}", lambda r: r.metric("m0", idx=-1), median_of, "-"),
+                (f"metric() 100-step slice, {where}",
+                 lambda r: r.metric("m0", start=rows // 2, stop=rows // 2 + 99), median_of, "-"),
+                (f"table() of 5 metrics, {where}", lambda r: r.table(names), best_of, "2x"),
+            ]
+            for label, op, timer, target in cases:
+                n = repeats if timer is best_of else 200
+                t_ref = timer(lambda op=op: op(ref), n)
+                t_new = timer(lambda op=op: op(new), n)
+                out.append((label + " (ms)", t_ref * 1e3, t_new * 1e3, target))
+                print(out[-1], flush=True)
+            t_metric = best_of(lambda new=new: new.metric("m0"), repeats)
+            out.append((f"metric() vs np.fromfile of the column, {where} (ms)",
+                        t_file * 1e3, t_metric * 1e3, "within 2x"))
+    return out
+
+
+# -- conversion --------------------------------------------------------------------------------
+def make_jsonl(root: str, lines: int) -> str:
+    rng = np.random.default_rng(2)
+    run = os.path.join(root, "logs", "run0")
+    os.makedirs(run)
+    vals = rng.random((lines, 16))
+    with open(os.path.join(run, "metrics.jsonl"), "w") as f:
+        for s in range(lines):
+            row: dict[str, object] = {"step": s}
+            row.update({f"loss/{i}": float(vals[s, i]) for i in range(16)})
+            row.update(tokens=s * 4096, epoch=s // 1000, phase="train" if s % 10 else "eval")
+            f.write(json.dumps(row) + "\n")
+    with open(os.path.join(run, "config.json"), "w") as f:
+        json.dump({"lr": 3e-4}, f)
+    return os.path.dirname(run)
+
+
+def bench_convert(tmp: str, lines: int, repeats: int) -> list[tuple[str, float, float, str]]:
+    logs = make_jsonl(tmp, lines)
+    ref_cli = shutil.which("jsonl2plattli") or os.path.join(
+        os.path.dirname(sys.executable), "jsonl2plattli")
+
+    def run(cmd: list[str], out: str) -> None:
+        if os.path.exists(out):
+            shutil.rmtree(out)
+        subprocess.run([*cmd, "-o", out, "-w", "1"], check=True, capture_output=True)
+
+    ours = [sys.executable, "-m", "chute.metrics", "from-jsonl", logs]
+    t_ref = t_new = float("inf")
+    for _ in range(repeats):
+        t_ref = min(t_ref, best_of(lambda: run([ref_cli, logs], f"{tmp}/c_ref"), 1))
+        t_new = min(t_new, best_of(lambda: run(ours, f"{tmp}/c_new"), 1))
+    with (
+        cm.Reader(f"{tmp}/c_new/logs/run0.plattli") as a,
+        plattli.Reader(f"{tmp}/c_ref/logs/run0.plattli") as b,
+    ):
+        assert a.metrics() == b.metrics() and a.rows("tokens") == b.rows("tokens") == lines
+    label = f"jsonl -> plattli, {lines:,} lines x 20 keys, CLI incl. startup (s)"
+    return [(label, t_ref, t_new, "5x")]
+
+
+# -- report ------------------------------------------------------------------------------------
+def ratio(label: str, ref: float, new: float) -> float:
+    """How many times better chute is (rates: higher is better; times: lower is better)."""
+    return new / ref if "steps/s" in label else ref / new
+
+
+def met(label: str, r: float, target: str) -> str:
+    if target == "-":
+        return ""
+    if target == "within 2x":
+        return "met" if r >= 0.5 else "NOT met"
+    return "met" if r >= float(target.rstrip("x")) else "NOT met"
+
+
+def report(rows: list[tuple[str, float, float, str]]) -> str:
+    lines = [
+        "| workload | plattli 0.19.0 | chute | chute advantage | target | |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for label, ref, new, target in rows:
+        r = ratio(label, ref, new)
+        ref_name = "np.fromfile" if "np.fromfile" in label else ""
+        left = f"{ref:,.3g}" + (f" ({ref_name})" if ref_name else "")
+        verdict = met(label, r, target)
+        lines.append(f"| {label} | {left} | {new:,.3g} | {r:.2f}x | {target} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[tuple[str, float, float, str]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [r[0].rsplit(" (", 1)[0] for r in rows]
+    ratios = [ratio(*r[:3]) for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 1))
+    ax.barh(range(len(rows)), ratios, color=["C2" if x >= 1 else "C3" for x in ratios])
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.axvline(1, color="k", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("chute advantage over plattli 0.19.0 (x, log scale)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    ap.add_argument("--plot", help="also write a PNG of the ratios")
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args()
+    steps, rows, lines, reps = (100_000, 1_000_000, 100_000, 3)
+    if args.quick:
+        steps, rows, lines, reps = (2_000, 20_000, 2_000, 1)
+    tmp = tempfile.mkdtemp(prefix="chute-bench-metrics-")
+    try:
+        results = bench_writers(tmp, steps, reps)
+        results += bench_reader(tmp, rows, max(reps, 5))
+        results += bench_convert(tmp, lines, reps)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    table = report(results)
+    print(table)
+    if not args.quick:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        header = (
+            "# chute.metrics vs plattli 0.19.0\n\n"
+            f"`python bench/metrics.py` on {os.cpu_count()} shared cores; best of repeats, "
+            "ratios > 1 mean chute is faster.\n\n"
+        )
+        Path(args.out).write_text(header + table)
+    if args.plot:
+        plot(results, args.plot)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Index sampling: chute's Sampler against numpy and loaderx 0.7.3's sampler.
+
+Per batch cost at 256 / 1024 / 8192 for each mode over a 1M index space, and the cost of
+seeking to step 100000 (then drawing that batch). Reported as ratios, since this machine is
+shared and noisy. Run: ``python bench/sampler.py [--plot]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from functools import partial
+
+import numpy as np
+from _steploader import bar_plot, interleaved, per_call, report, table
+from loaderx._sampler import Sampler as LoaderxSampler
+
+from chute import Sampler
+from chute.sampler import SamplerMode
+
+LENGTH = 1 << 20
+BATCHES = (256, 1024, 8192)
+MODES: dict[SamplerMode, int] = {"sequential": 0, "iid": 1, "cyclic": 2}  # -> loaderx code
+SEEK_STEP = 100_000
+
+
+def _draw_times(rounds: int) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for batch in BATCHES:
+        calls = max(200, 400_000 // batch)
+        draw = partial(np.random.default_rng(0).integers, 0, LENGTH, batch)
+        contenders = {"numpy": per_call(draw, calls)}
+        for mode, code in MODES.items():
+            ours = Sampler(LENGTH, batch, mode, seed=1)
+            theirs = LoaderxSampler(LENGTH, batch, code, 1)
+            contenders[f"chute {mode}"] = per_call(ours.__next__, calls)
+            contenders[f"loaderx {mode}"] = per_call(theirs.next, calls)
+        t = interleaved(contenders, rounds)
+        for mode in MODES:
+            c, lx = t[f"chute {mode}"], t[f"loaderx {mode}"]
+            rows.append(
+                [mode, batch, f"{c * 1e6:.2f}", f"{lx * 1e6:.2f}", f"{t['numpy'] * 1e6:.2f}",
+                 f"**{lx / c:.2f}x**", f"{t['numpy'] / c:.2f}x"]
+            )  # fmt: skip
+    return rows
+
+
+def _seek_times(rounds: int) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for mode, code in MODES.items():
+        ours, theirs = Sampler(LENGTH, 256, mode, seed=1), LoaderxSampler(LENGTH, 256, code, 1)
+
+        def chute_seek(s: Sampler = ours, step: int = SEEK_STEP) -> None:
+            s.seek(step)
+            next(s)
+
+        def loaderx_seek(s: LoaderxSampler = theirs) -> None:
+            s.seek(SEEK_STEP)
+            s.next()
+
+        far = Sampler(LENGTH, 256, mode, seed=1)
+        t = interleaved(
+            {
+                "chute": per_call(chute_seek, 200),
+                "chute far": per_call(partial(chute_seek, far, 10**15), 200),
+                "loaderx": per_call(loaderx_seek, 3),
+            },
+            rounds,
+        )
+        rows.append(
+            [mode, f"{t['chute'] * 1e6:.2f}", f"{t['chute far'] * 1e6:.2f}",
+             f"{t['loaderx'] * 1e6:.1f}", f"**{t['loaderx'] / t['chute']:.0f}x**"]
+        )  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--plot", action="store_true", help="write bench/results/sampler.png")
+    args = parser.parse_args()
+    draws = _draw_times(args.rounds)
+    seeks = _seek_times(args.rounds)
+    body = (
+        f"Index space {LENGTH:,}; median of {args.rounds} interleaved rounds. µs per batch; "
+        "the ratio columns are how many times faster chute is.\n\n"
+        + table(
+            ["mode", "batch", "chute µs", "loaderx µs", "numpy integers µs",
+             "vs loaderx", "vs numpy"],
+            draws,
+        )
+        + f"\n\nSeek to step {SEEK_STEP:,} and draw its batch (batch 256); "
+        "'chute @1e15' seeks to step 10^15 to show the cost does not grow with the step.\n\n"
+        + table(["mode", "chute µs", "chute @1e15 µs", "loaderx µs", "vs loaderx"], seeks)
+    )  # fmt: skip
+    report("sampler", "Sampler benchmark", body)
+    if args.plot:
+        labels = [f"{r[0]} {r[1]}" for r in draws]
+        bar_plot("sampler", labels, [float(str(r[5]).strip("*x")) for r in draws], "x loaderx")
+
+
+if __name__ == "__main__":
+    main()

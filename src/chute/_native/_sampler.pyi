@@ -1,0 +1,12 @@
+import numpy as np
+import numpy.typing as npt
+
+def fill(
+    mode: int,
+    length: int,
+    batch: int,
+    seed: int,
+    step: int,
+    first: int,
+    out: npt.NDArray[np.uint64],
+) -> None: ...

@@ -1,0 +1,25 @@
+"""Metric log in the Plättli format: per-step metrics, columnar on disk, crash-safe.
+
+Writers: `DirectWriter` (straight to column files), `CompactingWriter` (hot log,
+background compaction) and `BulkWriter` (in memory, written once). `Reader` reads
+live or finished runs, folders or `metrics.plattli` archives.
+"""
+
+from ._bulk import BulkWriter
+from ._compacting import CompactingWriter
+from ._direct import DirectWriter
+from ._lock import RunLockedError
+from ._reader import Reader, is_run, is_run_dir, resolve_run_dir
+from ._writer import WriterClosedError
+
+__all__ = [
+    "BulkWriter",
+    "CompactingWriter",
+    "DirectWriter",
+    "Reader",
+    "RunLockedError",
+    "WriterClosedError",
+    "is_run",
+    "is_run_dir",
+    "resolve_run_dir",
+]

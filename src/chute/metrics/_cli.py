@@ -1,0 +1,168 @@
+"""`chute metrics ...`: convert jsonl logs, list, tail and plot runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from ._jsonl import DEFAULT_SKIP, ConvertOptions, convert_run, find_runs
+from ._reader import Reader
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="chute metrics", description="Plättli metric logs.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    c = sub.add_parser("from-jsonl", help="convert <run>/metrics.jsonl logs into Plättli runs")
+    c.add_argument("indirs", nargs="*", default=["."], help="folders whose run folders to convert")
+    c.add_argument("-o", "--outdir", help="write <outdir>/<run>.plattli instead of in place")
+    c.add_argument("-w", "--workers", type=int, default=max(1, (os.cpu_count() or 1) - 2))
+    c.add_argument("--skipcols", action="append", default=[], metavar="REGEXP",
+                   help='skip metrics fully matching REGEXP ("DEFAULT": [pg]norm.*)')
+    c.add_argument("--deep", action="store_true", help="search run folders recursively")
+    c.add_argument("--allow-rewinds", action="store_true",
+                   help="a step going back truncates the data logged from it on")
+
+    ls = sub.add_parser("ls", help="metrics of a run: rows, dtype, last value")
+    ls.add_argument("run")
+
+    t = sub.add_parser("tail", help="print the latest steps of a run")
+    t.add_argument("run")
+    t.add_argument("-n", "--lines", type=int, default=10, help="steps to print first")
+    t.add_argument("-f", "--follow", action="store_true", help="keep printing new steps")
+    t.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
+    t.add_argument("--idle-exit", type=float, default=None, metavar="SECONDS",
+                   help="with -f: stop after this long without new steps")
+
+    pl = sub.add_parser("plot", help="plot metrics of a run to an image (needs matplotlib)")
+    pl.add_argument("run")
+    pl.add_argument("metrics", nargs="+")
+    pl.add_argument("-o", "--output", required=True, help="image file, e.g. out.png")
+    pl.add_argument("--x", default="step", help='x axis: "step" or a metric such as walltime')
+    pl.add_argument("--smooth", type=float, default=0.9, help="EMA factor in [0, 1)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Entry point for `chute metrics` (argv without the leading "metrics")."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.cmd == "from-jsonl":
+            return _from_jsonl(args)
+        if args.cmd == "ls":
+            return _ls(args.run)
+        if args.cmd == "tail":
+            return _tail(args)
+        from ._plot import plot_run
+
+        plot_run(args.run, args.metrics, args.output, x=args.x, smooth=args.smooth)
+        print(f"wrote {args.output}")
+        return 0
+    except (OSError, ValueError, KeyError, ImportError) as e:
+        print(f"chute metrics {args.cmd}: {e}", file=sys.stderr)
+        return 1
+
+
+def _from_jsonl(args: argparse.Namespace) -> int:
+    skip = tuple(DEFAULT_SKIP if s == "DEFAULT" else s for s in args.skipcols)
+    opts = ConvertOptions(skip=skip, allow_rewinds=args.allow_rewinds)
+    jobs = []
+    for run, rel in find_runs(args.indirs, args.deep):
+        out = (
+            os.path.join(args.outdir, rel + ".plattli")
+            if args.outdir
+            else os.path.join(run, "metrics.plattli")
+        )
+        jobs.append((run, out))
+    if not jobs:
+        print("no runs found (folders holding metrics.jsonl)", file=sys.stderr)
+        return 1
+    failed = 0
+    if args.workers > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=min(args.workers, len(jobs))) as pool:
+            futures = [pool.submit(convert_run, run, out, opts) for run, out in jobs]
+            results = [
+                (job, f.exception() or f.result()) for job, f in zip(jobs, futures, strict=True)
+            ]
+    else:
+        results = []
+        for run, out in jobs:
+            try:
+                results.append(((run, out), convert_run(run, out, opts)))
+            except (OSError, ValueError) as e:
+                results.append(((run, out), e))
+    for (run, out), res in results:
+        if isinstance(res, BaseException):
+            failed += 1
+            print(f"failed {run}: {res}", file=sys.stderr)
+        else:
+            print(f"converted {out} ({res[0]} rows, {res[1]} metrics)")
+    return 1 if failed else 0
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.6g}"
+    if isinstance(value, np.generic):
+        return str(value.item())
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def _ls(run: str) -> int:
+    with Reader(run) as r:
+        manifest = r.manifest()
+        rows = [("metric", "rows", "dtype", "last step", "last value")]
+        for name in r.metrics():
+            n = r.rows(name)
+            dtype = manifest.get(name, {}).get("dtype", "hot")
+            last = r.metric(name, idx=-1, dtype="storage") if n else ("-", "-")
+            rows.append((name, str(n), dtype, str(last[0]), _fmt(last[1])[:60]))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _steps_after(r: Reader, after: int) -> dict[int, dict[str, Any]]:
+    """Values of every metric at steps > `after`, grouped by step."""
+    out: dict[int, dict[str, Any]] = {}
+    for name in r.metrics():
+        steps, values = r.metric(name, start=after + 1, dtype="storage")
+        for s, v in zip(steps.tolist(), values, strict=True):
+            out.setdefault(int(s), {})[name] = v
+    return dict(sorted(out.items()))
+
+
+def _print_steps(rows: dict[int, dict[str, Any]]) -> None:
+    for step, vals in rows.items():
+        body = " ".join(f"{k}={_fmt(v)}" for k, v in sorted(vals.items()))
+        print(f"{step}: {body}", flush=True)
+
+
+def _tail(args: argparse.Namespace) -> int:
+    with Reader(args.run) as r:
+        rows = _steps_after(r, -1)
+    tail = dict(list(rows.items())[-args.lines :]) if args.lines > 0 else {}
+    _print_steps(tail)
+    last = max(rows, default=-1)
+    idle_since = time.monotonic()
+    while args.follow:
+        time.sleep(args.interval)
+        with Reader(args.run) as r:
+            new = _steps_after(r, last)
+        if new:
+            _print_steps(new)
+            last = max(new)
+            idle_since = time.monotonic()
+        elif args.idle_exit is not None and time.monotonic() - idle_since >= args.idle_exit:
+            break
+    return 0

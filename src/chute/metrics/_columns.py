@@ -1,0 +1,408 @@
+"""Columnar storage of one run directory: value/index files and the manifest."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _format as F
+from ._dtypes import PACK, Value, capture, fits, resolve, text, tightest_int
+from ._hot import read_rows
+
+_MAX_OPEN_FILES = 128
+Steps = Sequence[int] | np.ndarray[Any, Any]
+
+
+@dataclass(slots=True)
+class Column:
+    """What the store knows about one metric on disk.
+
+    Steps are kept *regular* (an open `{start, step}` segment in the manifest, no
+    `.indices` file: one append per row) until a row breaks the cadence; the column
+    then becomes *explicit* (a `.indices` file beside the values).
+    """
+
+    code: str
+    rows: int = 0
+    last_step: int = -1
+    lo: int = 0  # integer extremes, for sign mixing with u64
+    hi: int = 0
+    start: int = 0  # regular layout: step of row i is start + stride * i
+    stride: int = 1
+    explicit: bool = False
+
+    def layout_after(self, steps: Steps) -> tuple[int, int, bool]:
+        """(start, stride, explicit) once `steps` are appended."""
+        if self.explicit or not len(steps):
+            return self.start, self.stride, self.explicit
+        arr = np.asarray(steps, dtype=np.int64)
+        start, stride, n = self.start, self.stride, self.rows
+        if n == 0:
+            start, stride = int(arr[0]), int(arr[1] - arr[0]) if len(arr) > 1 else 1
+        elif n == 1:
+            stride = int(arr[0]) - start
+        regular = stride > 0 and np.array_equal(arr, start + stride * np.arange(n, n + len(arr)))
+        return (start, stride, False) if regular else (self.start, self.stride, True)
+
+    def spec(self) -> Any:
+        """The manifest's `indices` value for this layout."""
+        if self.explicit:
+            return "indices"
+        return [{"start": self.start, "step": self.stride}] if self.rows else []
+
+    def steps(self, index: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """Step of every row (`index`: the `.indices` file, used when explicit)."""
+        if self.explicit:
+            return index[: self.rows]
+        return (self.start + self.stride * np.arange(self.rows, dtype=np.int64)).astype(
+            F.INDEX_DTYPE
+        )
+
+
+def encode_values(code: str, values: Sequence[Value]) -> bytes:
+    """On-disk bytes of `values` stored as `code`."""
+    if code == F.JSONL:
+        return "".join([text(v) + "\n" for v in values]).encode()
+    if len(values) == 1:
+        num = values[0].num
+        return PACK[code].pack(float(num) if code[0] == "f" else num)  # type: ignore[arg-type]
+    return np.array([v.num for v in values], dtype=F.NUMERIC_DTYPES[code]).tobytes()
+
+
+class ColumnStore:
+    """The `plattli/` directory of a run, written by one thread at a time.
+
+    Only `manifest` is shared between a writer's threads; it is guarded by `mlock`.
+    """
+
+    def __init__(self, pdir: str) -> None:
+        self.pdir = pdir
+        self.manifest: dict[str, Any] = {}
+        self.cols: dict[str, Column] = {}
+        self.mlock = threading.Lock()
+        self._fds: OrderedDict[str, int] = OrderedDict()
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def open(cls, pdir: str, resume_step: int) -> ColumnStore:
+        """Open (creating if needed) and recover: merge hot rows, cut at `resume_step`."""
+        store = cls(pdir)
+        os.makedirs(pdir, exist_ok=True)
+        store._remove_temps()
+        mpath = os.path.join(pdir, F.MANIFEST)
+        if os.path.exists(mpath):
+            with open(mpath, "rb") as f:
+                manifest = F.load_manifest(f.read())
+            for name in F.metric_names(manifest):
+                store._recover_column(name, manifest[name], resume_step)
+        store._merge_hot(resume_step)
+        store.flush_manifest()
+        return store
+
+    def _remove_temps(self) -> None:
+        for root, _dirs, files in os.walk(self.pdir):
+            for fn in files:
+                if fn.endswith(F.TMP_SUFFIX):
+                    os.unlink(os.path.join(root, fn))
+
+    def _path(self, rel: str) -> str:
+        return os.path.join(self.pdir, rel)
+
+    def _recover_column(self, name: str, entry: dict[str, Any], resume_step: int) -> None:
+        code = entry.get("dtype")
+        if code not in F.DTYPE_CODES:
+            raise ValueError(f"metric {name!r} has unknown dtype {code!r} in {self.pdir}")
+        for other in F.DTYPE_CODES - {code}:
+            alt = self._path(F.value_file(name, other))
+            if os.path.isfile(alt):
+                os.unlink(alt)
+        values = self._read_values(name, code)
+        spec = entry.get("indices", "indices")
+        segs = [spec] if isinstance(spec, dict) else spec
+        if spec == "indices":
+            steps = _read_u4(self._path(F.index_file(name)))
+        else:
+            steps = F.segments_to_steps(spec, rows_hint=len(values))
+        n = min(len(values), len(steps))
+        n = int(np.searchsorted(steps[:n], resume_step, side="left"))
+        if n == 0:
+            self._delete_files(name, code)
+            return
+        steps, values = steps[:n], values[:n]
+        col = Column(code, n, int(steps[-1]), explicit=spec == "indices" or len(segs) > 1)
+        if not col.explicit:
+            col.start, col.stride = int(segs[0]["start"]), int(segs[0].get("step", 1))
+        if code[0] in "iu":
+            col.lo, col.hi = int(values.min()), int(values.max())
+        self.cols[name] = col
+        self._truncate(F.value_file(name, code), _raw(code, values))
+        if col.explicit:
+            self._truncate(F.index_file(name), steps.astype(F.INDEX_DTYPE).tobytes())
+        elif os.path.exists(self._path(F.index_file(name))):
+            os.unlink(self._path(F.index_file(name)))  # a switch to explicit cut by a crash
+        self.manifest[name] = {"indices": col.spec(), "dtype": code}
+
+    def _read_values(self, name: str, code: str) -> np.ndarray[Any, Any]:
+        path = self._path(F.value_file(name, code))
+        if code == F.JSONL:
+            try:
+                with open(path, "rb") as f:
+                    lines = f.read().split(b"\n")[:-1]
+            except FileNotFoundError:
+                lines = []
+            out = np.empty(len(lines), dtype=object)
+            for i, line in enumerate(lines):
+                out[i] = line
+            return out
+        try:
+            return np.fromfile(path, dtype=F.NUMERIC_DTYPES[code])
+        except FileNotFoundError:
+            return np.zeros(0, F.NUMERIC_DTYPES[code])
+
+    def _merge_hot(self, resume_step: int) -> None:
+        rows = read_rows(self._path(F.HOT_COMPACTING)) + read_rows(self._path(F.HOT))
+        pending: dict[str, tuple[list[int], list[Value]]] = {}
+        for step, row in rows:
+            if step >= resume_step:
+                continue
+            for name, raw in row.items():
+                try:
+                    F.check_name(name)
+                    val = capture(raw)
+                except (TypeError, ValueError, OverflowError):
+                    continue
+                col = self.cols.get(name)
+                steps, vals = pending.setdefault(name, ([], []))
+                last = steps[-1] if steps else (col.last_step if col else -1)
+                if step > last:
+                    steps.append(step)
+                    vals.append(val)
+        self.append_many(
+            [(n, s, v, self._fold_code(n, v)) for n, (s, v) in pending.items() if s]
+        )
+        for hot in (F.HOT_COMPACTING, F.HOT):
+            if os.path.exists(self._path(hot)):
+                os.unlink(self._path(hot))
+
+    def _fold_code(self, name: str, vals: Sequence[Value]) -> str:
+        """Storage code for recovered values: keep the column's if they fit, else widen."""
+        col = self.cols.get(name)
+        code = col.code if col else None
+        lo, hi = (col.lo, col.hi) if col else (0, 0)
+        for v in vals:
+            if code and code[0] in "iu" and isinstance(v.num, int) and fits(code, v.num):
+                continue
+            try:
+                code = resolve(code, v, lo, hi)
+            except (TypeError, OverflowError):
+                code = F.JSONL
+        assert code is not None
+        return code
+
+    # -- writing ---------------------------------------------------------------------------
+    def add(self, name: str, code: str) -> None:
+        """Register a new, empty metric (its file first, then the manifest entry)."""
+        path = self._path(F.value_file(name, code))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        col = self.cols[name] = Column(code)
+        with self.mlock:
+            self.manifest[name] = {"indices": col.spec(), "dtype": code}
+
+    def changes_layout(self, name: str, step: int) -> bool:
+        """Whether appending `step` needs a manifest update first (see `prepare`)."""
+        col = self.cols[name]
+        if col.explicit:
+            return False
+        if col.rows == 1:
+            return step - col.start != col.stride
+        return col.rows == 0 or step != col.start + col.stride * col.rows
+
+    def prepare(self, batch: Mapping[str, Steps]) -> None:
+        """Publish the step layouts these appends need, in one manifest write, before them.
+
+        A reader thus never pairs a new row with an outdated layout; a column turning
+        explicit gets its `.indices` file (for the rows it has) before the manifest says so.
+        """
+        changed = False
+        for name, steps in batch.items():
+            col = self.cols[name]
+            start, stride, explicit = col.layout_after(steps)
+            if (start, stride, explicit) == (col.start, col.stride, col.explicit) and col.rows:
+                continue
+            if explicit and not col.explicit:
+                index = col.steps(np.zeros(0, F.INDEX_DTYPE)).tobytes()
+                F.atomic_write(self._path(F.index_file(name)), index)
+            col.start, col.stride, col.explicit = start, stride, explicit
+            spec = "indices" if explicit else [{"start": start, "step": stride}]
+            with self.mlock:
+                self.manifest[name] = {**self.manifest[name], "indices": spec}
+            changed = True
+        if changed:
+            self.flush_manifest()
+
+    def append_many(self, items: Sequence[tuple[str, Steps, Sequence[Value], str]]) -> None:
+        """Append (name, steps, values, code) batches: create/widen, one `prepare`, append."""
+        for name, _steps, _vals, code in items:
+            col = self.cols.get(name)
+            if col is None:
+                self.add(name, code)
+            elif col.code != code:
+                self.convert(name, code)
+        self.prepare({name: steps for name, steps, _v, _c in items})
+        for name, steps, vals, code in items:
+            self.append_raw(name, encode_values(code, vals), _pack_steps(steps), steps)
+            if code[0] in "iu":
+                col = self.cols[name]
+                nums = [int(v.num) for v in vals]  # type: ignore[arg-type]
+                lo, hi = min(nums), max(nums)
+                if col.rows > len(steps):
+                    lo, hi = min(col.lo, lo), max(col.hi, hi)
+                col.lo, col.hi = lo, hi
+
+    def append_raw(self, name: str, values: bytes, index: bytes, steps: Steps) -> None:
+        """Append pre-encoded rows whose layout is already published (`prepare`).
+
+        Values go first, so a torn index never points past data.
+        """
+        col = self.cols[name]
+        os.write(self._fd(F.value_file(name, col.code)), values)
+        if col.explicit:
+            os.write(self._fd(F.index_file(name)), index)
+        col.rows += len(steps)
+        col.last_step = int(steps[-1])
+
+    def convert(self, name: str, code: str) -> None:
+        """Rewrite a column in a wider storage dtype; the manifest switches atomically."""
+        col = self.cols[name]
+        old = col.code
+        values = self._read_values(name, old)[: col.rows]
+        self._close_fd(F.value_file(name, old))
+        new_path = self._path(F.value_file(name, code))
+        F.atomic_write(new_path, _raw(code, values.astype(F.NUMERIC_DTYPES[code])))
+        col.code = code
+        with self.mlock:
+            self.manifest[name] = {**self.manifest[name], "dtype": code}
+        self.flush_manifest()
+        os.unlink(self._path(F.value_file(name, old)))
+
+    def flush_manifest(self, **meta: Any) -> None:
+        """Atomically publish the manifest (stamped with `when_exported`)."""
+        with self.mlock:
+            self.manifest.update(meta)
+            self.manifest["when_exported"] = F.timestamp()
+            data = F.dump_json(self.manifest)
+            F.atomic_write(self._path(F.MANIFEST), data)
+
+    # -- finishing -------------------------------------------------------------------------
+    def optimize(self) -> None:
+        """Tighten integer dtypes, compress step ranges, flag monotonic columns, set run_rows.
+
+        New files are written before the manifest switches to them, and replaced files
+        are deleted after, so a concurrent reader always finds what the manifest names.
+        """
+        self.close_files()
+        run_rows, obsolete = 0, []
+        entries: dict[str, dict[str, Any]] = {}
+        for name, col in self.cols.items():
+            values = self._read_values(name, col.code)[: col.rows]
+            index = _read_u4(self._path(F.index_file(name))) if col.explicit else _NO_STEPS
+            steps = col.steps(index)
+            entry: dict[str, Any] = {"indices": "indices", "dtype": col.code}
+            if col.code[0] in "iu" and col.rows:
+                tight = tightest_int(int(values.min()), int(values.max()))
+                if tight != col.code:
+                    F.atomic_write(self._path(F.value_file(name, tight)), _raw(tight, values))
+                    obsolete.append(F.value_file(name, col.code))
+                    col.code = entry["dtype"] = tight
+            if col.code != F.JSONL and col.rows:
+                mono = _monotonic(values)
+                if mono:
+                    entry["monotonic"] = mono
+            segs = F.steps_to_segments(steps)
+            if segs is not None:
+                entry["indices"] = segs
+                if col.explicit:
+                    obsolete.append(F.index_file(name))
+            elif not col.explicit:  # a single regular row: a closed segment, no file
+                entry["indices"] = [{"start": col.start, "stop": col.start + 1, "step": 1}]
+            entries[name] = entry
+            run_rows = max(run_rows, col.rows)
+        with self.mlock:
+            self.manifest.update(entries)
+        self.flush_manifest(run_rows=run_rows)
+        for rel in obsolete:
+            os.unlink(self._path(rel))
+
+    def close_files(self) -> None:
+        """Close every cached descriptor."""
+        while self._fds:
+            _rel, fd = self._fds.popitem()
+            os.close(fd)
+
+    # -- descriptors -----------------------------------------------------------------------
+    def _fd(self, rel: str) -> int:
+        fd = self._fds.get(rel)
+        if fd is not None:
+            self._fds.move_to_end(rel)
+            return fd
+        if len(self._fds) >= _MAX_OPEN_FILES:
+            os.close(self._fds.popitem(last=False)[1])
+        fd = os.open(self._path(rel), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fds[rel] = fd
+        return fd
+
+    def _close_fd(self, rel: str) -> None:
+        fd = self._fds.pop(rel, None)
+        if fd is not None:
+            os.close(fd)
+
+    def _truncate(self, rel: str, data: bytes) -> None:
+        """Cut a file to exactly `data`, a prefix of what it holds (recovery, resume)."""
+        path = self._path(rel)
+        if os.path.exists(path) and os.path.getsize(path) >= len(data):
+            os.truncate(path, len(data))
+        else:
+            F.atomic_write(path, data)
+
+    def _delete_files(self, name: str, code: str) -> None:
+        for rel in (F.value_file(name, code), F.index_file(name)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(rel))
+
+
+def _raw(code: str, values: np.ndarray[Any, Any]) -> bytes:
+    if code == F.JSONL:
+        return b"".join(bytes(v) + b"\n" for v in values)
+    return np.ascontiguousarray(values, dtype=F.NUMERIC_DTYPES[code]).tobytes()
+
+
+_NO_STEPS = np.zeros(0, F.INDEX_DTYPE)
+
+
+def _read_u4(path: str) -> np.ndarray[Any, Any]:
+    try:
+        return np.fromfile(path, dtype=F.INDEX_DTYPE)
+    except FileNotFoundError:
+        return np.zeros(0, F.INDEX_DTYPE)
+
+
+def _pack_steps(steps: Steps) -> bytes:
+    return np.asarray(steps, dtype=F.INDEX_DTYPE).tobytes()
+
+
+def _monotonic(values: np.ndarray[Any, Any]) -> str | None:
+    a, b = values[:-1], values[1:]
+    if np.all(b >= a):
+        return "inc"
+    if np.all(b <= a):
+        return "dec"
+    return None
+

@@ -1,0 +1,173 @@
+"""CompactingWriter: rows go to the hot log, a background thread folds them into columns."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from . import _config
+from . import _format as F
+from ._dtypes import Value
+from ._hot import encode_row
+from ._streaming import StreamingWriter
+
+Row = tuple[int, list[tuple[str, Value]]]
+_BACKLOG_FACTOR = 10
+
+
+class CompactingWriter(StreamingWriter):
+    """One appended `hot.jsonl` line per step; columns are written in batches of `hotsize` steps.
+
+    Suits slow or networked filesystems: the training loop pays one append per
+    step, and the columnar files are touched once per batch, off the loop's thread.
+    When the backlog reaches 10x `hotsize`, `end_step` waits for the in-flight batch.
+    """
+
+    def __init__(
+        self,
+        outdir: str | os.PathLike[str],
+        step: int = 0,
+        *,
+        hotsize: int,
+        config: _config.ConfigArg = "config.json",
+        allow_resume_finalized: bool = False,
+    ) -> None:
+        if isinstance(hotsize, bool) or not isinstance(hotsize, int) or hotsize <= 0:
+            raise ValueError(f"hotsize must be a positive int, got {hotsize!r}")
+        self._hotsize = hotsize
+        self._row: dict[str, Value] = {}
+        self._pending: list[Row] = []
+        self._inflight: threading.Thread | None = None
+        self._bg_error: BaseException | None = None
+        self._hot_fd: int | None = None
+        self._partial_flushed = False
+        self._new: list[str] = []  # metrics of the pending row that have no column yet
+        super().__init__(outdir, step, config, allow_resume_finalized)
+        self._hot_path = os.path.join(self._pdir, F.HOT)
+
+    def write(
+        self, metrics: Mapping[str, Any] | None = None, /, *, flush: bool = False, **kwargs: Any
+    ) -> None:
+        """Log metrics at the current step; `flush=True` also rewrites the hot log with them."""
+        if metrics is not None or kwargs:
+            super().write(metrics, **kwargs)
+        else:
+            self._check_open()
+        if flush:
+            self._register_new()
+            self._rewrite_hot()
+            self._partial_flushed = True
+
+    def _apply(self, checked: list[tuple[str, Value, str]]) -> None:
+        cols, row = self._store.cols, self._row
+        for name, val, _code in checked:
+            row[name] = val
+            if name not in cols:
+                self._new.append(name)
+
+    def end_step(self) -> None:
+        """Append the step's row to the hot log and advance; may start a background batch."""
+        self._check_open()
+        self._raise_background_error()
+        if self._row:
+            if self._new:
+                self._register_new()
+            row = list(self._row.items())
+            self._row = {}
+            self._pending.append((self._step, row))
+            if self._partial_flushed:
+                self._rewrite_hot()
+            else:
+                os.write(self._hot(), encode_row(self._step, row))
+        self._partial_flushed = False
+        self._step += 1
+        self._maybe_compact()
+
+    # -- hot log -----------------------------------------------------------------------------
+    def _hot(self) -> int:
+        if self._hot_fd is None:
+            self._hot_fd = os.open(self._hot_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return self._hot_fd
+
+    def _close_hot(self) -> None:
+        if self._hot_fd is not None:
+            os.close(self._hot_fd)
+            self._hot_fd = None
+
+    def _rewrite_hot(self) -> None:
+        rows = self._pending
+        if self._row:
+            rows = [*rows, (self._step, list(self._row.items()))]
+        data = b"".join(encode_row(s, r) for s, r in rows)
+        self._close_hot()
+        F.atomic_write(self._hot_path, data)
+
+    def _register_new(self) -> None:
+        """Give metrics first seen this step their (empty) columns and manifest entries."""
+        new = [n for n in self._new if n not in self._store.cols]
+        for name in new:
+            self._store.add(name, self._schema.metas[name].code)
+        if new:
+            self._store.flush_manifest()
+        self._new = []
+
+    # -- compaction ----------------------------------------------------------------------------
+    def _maybe_compact(self) -> None:
+        if self._inflight is not None and not self._inflight.is_alive():
+            self._wait()
+        if len(self._pending) < self._hotsize:
+            return
+        if self._inflight is not None and len(self._pending) >= _BACKLOG_FACTOR * self._hotsize:
+            self._wait()
+        if self._inflight is None:
+            self._close_hot()
+            os.replace(self._hot_path, os.path.join(self._pdir, F.HOT_COMPACTING))
+            batch, self._pending = self._pending, []
+            targets = {n: self._schema.metas[n].code for _s, r in batch for n, _v in r}
+            self._inflight = threading.Thread(
+                target=self._compact_in_background, args=(batch, targets), name="chute-compact"
+            )
+            self._inflight.start()
+
+    def _compact_in_background(self, batch: list[Row], targets: dict[str, str]) -> None:
+        try:
+            self._compact(batch, targets)
+            os.unlink(os.path.join(self._pdir, F.HOT_COMPACTING))
+        except BaseException as e:  # re-raised on the writer's thread
+            self._bg_error = e
+
+    def _compact(self, batch: list[Row], targets: dict[str, str]) -> None:
+        columns: dict[str, tuple[list[int], list[Value]]] = {}
+        for step, row in batch:
+            for name, val in row:
+                steps, vals = columns.setdefault(name, ([], []))
+                steps.append(step)
+                vals.append(val)
+        self._store.append_many([(n, s, v, targets[n]) for n, (s, v) in columns.items()])
+
+    def _wait(self) -> None:
+        if self._inflight is not None:
+            self._inflight.join()
+            self._inflight = None
+        self._raise_background_error()
+
+    def _raise_background_error(self) -> None:
+        if self._bg_error is not None:
+            err, self._bg_error = self._bg_error, None
+            raise RuntimeError(f"background compaction of {self._outdir!r} failed") from err
+
+    def _drain(self, final: bool) -> None:
+        self._wait()
+        self._register_new()
+        batch = self._pending
+        if self._row:
+            batch = [*batch, (self._step, list(self._row.items()))]
+        targets = {n: self._schema.metas[n].code for _s, r in batch for n, _v in r}
+        self._compact(batch, targets)
+        self._store.flush_manifest()
+        self._pending, self._row, self._partial_flushed = [], {}, False
+        self._close_hot()
+        if os.path.exists(self._hot_path):
+            os.unlink(self._hot_path)

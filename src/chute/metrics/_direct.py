@@ -1,0 +1,68 @@
+"""DirectWriter: every value goes straight to its column file."""
+
+from __future__ import annotations
+
+import operator
+import os
+import struct
+
+from . import _config
+from ._columns import encode_values
+from ._dtypes import Value
+from ._streaming import StreamingWriter
+
+_STEP = struct.Struct("<I")
+
+
+class DirectWriter(StreamingWriter):
+    """Append each value to its column as it is written; for fast local disks.
+
+    A row that keeps its column's step cadence costs one small append and no
+    thread hand-off. Rows that need the manifest to change first (a new metric, a
+    wider dtype, a new cadence) wait for `end_step`, which publishes the manifest
+    once for all of them and then appends them. `write_threads` is accepted for
+    compatibility with Plättli and must be a non-negative int; appends are synchronous.
+    """
+
+    def __init__(
+        self,
+        outdir: str | os.PathLike[str],
+        step: int = 0,
+        write_threads: int = 16,
+        config: _config.ConfigArg = "config.json",
+        allow_resume_finalized: bool = False,
+    ) -> None:
+        if isinstance(write_threads, bool) or operator.index(write_threads) < 0:
+            raise ValueError(f"write_threads must be a non-negative int, got {write_threads!r}")
+        super().__init__(outdir, step, config, allow_resume_finalized)
+        self._deferred: list[tuple[str, Value, str]] = []
+
+    def _apply(self, checked: list[tuple[str, Value, str]]) -> None:
+        store, step = self._store, self._step
+        cols = store.cols
+        packed = b""
+        for name, val, code in checked:
+            col = cols.get(name)
+            if col is None or col.code != code or store.changes_layout(name, step):
+                self._deferred.append((name, val, code))
+                continue
+            if col.explicit and not packed:
+                packed = _STEP.pack(step)
+            store.append_raw(name, encode_values(code, (val,)), packed, (step,))
+
+    def end_step(self) -> None:
+        """Publish rows that needed a manifest change, then advance the step."""
+        self._check_open()
+        if self._deferred:
+            self._publish()
+        self._step += 1
+
+    def _publish(self) -> None:
+        step = [self._step]
+        self._store.append_many([(n, step, [v], code) for n, v, code in self._deferred])
+        self._deferred = []
+
+    def _drain(self, final: bool) -> None:
+        if self._deferred:
+            self._publish()
+        self._store.flush_manifest()

@@ -1,0 +1,496 @@
+"""Reader: columnar reads of a live or finished run, hot rows merged, torn tails tolerated."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+import numpy as np
+
+from . import _format as F
+from ._dtypes import natural_code
+from ._hot import parse_rows
+from ._select import Selection, cast, select
+from ._source import DirSource, Source, ZipSource
+
+T = TypeVar("T")
+DTypeArg = str | np.dtype[Any] | type
+_EMPTY_STEPS = np.zeros(0, F.INDEX_DTYPE)
+_RETRIES = 5
+_SEGMENT_CACHE = 64
+
+
+def resolve_run_dir(path: str | os.PathLike[str]) -> str | None:
+    """The folder holding `plattli.json`: `path` itself or `path/plattli`, else None."""
+    p = os.path.abspath(os.fspath(path))
+    for cand in (p, os.path.join(p, F.DIR_NAME)):
+        if os.path.isfile(os.path.join(cand, F.MANIFEST)):
+            return cand
+    return None
+
+
+def is_run_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether the folder `path` holds columnar metrics (itself or in `plattli/`)."""
+    return resolve_run_dir(path) is not None
+
+
+def is_run(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a run: a metrics folder, a folder with `metrics.plattli`, or the zip."""
+    p = os.fspath(path)
+    if os.path.isfile(p):
+        return _is_run_zip(p)
+    return is_run_dir(p) or _is_run_zip(os.path.join(p, F.ZIP_NAME))
+
+
+def _is_run_zip(path: str) -> bool:
+    if not os.path.isfile(path) or not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as zf:
+        return F.MANIFEST in zf.namelist()
+
+
+def _open_source(path: str, kind: str | None) -> Source:
+    if kind == "dir":
+        return DirSource(path)
+    if kind == "zip":
+        return ZipSource(path)
+    if kind is not None:
+        raise ValueError(f"kind must be 'dir', 'zip' or None, got {kind!r}")
+    if os.path.isfile(path):
+        return ZipSource(path)
+    zpath = os.path.join(path, F.ZIP_NAME)
+    if os.path.isfile(zpath):
+        return ZipSource(zpath)
+    rdir = resolve_run_dir(path)
+    if rdir is None:
+        raise FileNotFoundError(f"no metrics run at {path!r} (no {F.ZIP_NAME} or {F.DIR_NAME}/)")
+    return DirSource(rdir)
+
+
+class Reader:
+    """Read metrics of one run (folder or archive); one instance per thread.
+
+    Manifest, config, hot rows and JSON columns are cached until `refresh()`;
+    numeric column files are read afresh on every call, so a long-lived reader
+    of a live run sees appended rows of known metrics without refreshing.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], kind: str | None = None, exclude_hot: bool = False
+    ) -> None:
+        self._path = os.fspath(path)
+        self._src = _open_source(self._path, kind)
+        self._exclude_hot = exclude_hot or not self._src.live
+        self._manifest: dict[str, Any] | None = None
+        self._hot: dict[str, tuple[list[int], list[Any]]] | None = None
+        self._jsonl: dict[str, tuple[int, list[Any]]] = {}
+        self._segments: dict[tuple[str, int], np.ndarray[Any, Any]] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the archive (if any)."""
+        self._src.close()
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def refresh(self) -> None:
+        """Drop cached metadata to pick up new metrics, hot rows and config of a live run."""
+        self._manifest, self._hot = None, None
+        self._jsonl.clear()
+        self._segments.clear()
+
+    # -- metadata ----------------------------------------------------------------------------
+    def _raw_manifest(self) -> dict[str, Any]:
+        if self._manifest is None:
+            self._hot_cols()  # hot rows are snapshotted before the manifest that may absorb them
+            data = self._src.read(F.MANIFEST)
+            self._manifest = F.load_manifest(data) if data else {}
+        return self._manifest
+
+    def manifest(self) -> dict[str, dict[str, Any]]:
+        """Manifest entries of the columnar metrics (storage dtype and index layout)."""
+        m = self._raw_manifest()
+        return {k: dict(m[k]) for k in F.metric_names(m)}
+
+    def metrics(self) -> list[str]:
+        """Sorted names of every metric, including those only in the hot log."""
+        return sorted(set(F.metric_names(self._raw_manifest())) | set(self._hot_cols()))
+
+    def config(self) -> dict[str, Any]:
+        """The run's config dict ({} when none was written)."""
+        data = self._src.read(F.CONFIG)
+        cfg = json.loads(data) if data else {}
+        return cfg if isinstance(cfg, dict) else {}
+
+    def when_exported(self) -> str | None:
+        """Timestamp of the last manifest write."""
+        value = self._raw_manifest().get("when_exported")
+        return value if isinstance(value, str) else None
+
+    def rows(self, name: str) -> int:
+        """Exact number of rows of a metric (not its last step)."""
+        return self._retry(lambda: self._rows(name))
+
+    def _rows(self, name: str) -> int:
+        code, entry = self._entry(name)
+        n, step_at = self._col_count(name, code, entry)
+        rows = n + len(self._hot_tail(name, int(step_at(n - 1)) if n else -1))
+        self._check_layout(name, entry)
+        return rows
+
+    def approx_max_rows(self, nprobes: int = 12) -> int:
+        """Cheap estimate of the row count of the most frequent metric (hot rows excluded)."""
+        m = self._raw_manifest()
+        if isinstance(m.get("run_rows"), int):
+            return int(m["run_rows"])
+        best, probes = 0, []
+        for name in F.metric_names(m):
+            spec, code = m[name].get("indices", "indices"), m[name].get("dtype")
+            if spec != "indices" and _closed(spec):
+                best = max(best, len(F.segments_to_steps(spec)))
+            elif code in F.NUMERIC_DTYPES:
+                probes.append(name)
+        if probes and nprobes > 0:
+            pick = np.unique(np.linspace(0, len(probes) - 1, min(nprobes, len(probes))).astype(int))
+            for i in pick:
+                name = probes[int(i)]
+                best = max(best, self._col_extent(name, m[name]["dtype"], m[name])[0])
+        return best
+
+    # -- reads ---------------------------------------------------------------------------------
+    def metric(
+        self,
+        name: str,
+        idx: int | None = None,
+        *,
+        dtype: DTypeArg = "standard",
+        **selectors: Any,
+    ) -> tuple[Any, Any]:
+        """(steps, values) of a metric, or one (step, value) for an integer `idx`."""
+        if idx is not None:
+            if selectors:
+                raise ValueError("idx cannot be combined with range selectors")
+            return self._retry(lambda: self._one(name, idx, dtype))
+        sel = Selection.of(selectors)
+        steps, values, code = self._retry(lambda: self._read(name, sel))
+        return steps, cast(values, code, dtype, name)
+
+    def metric_indices(self, name: str, **selectors: Any) -> np.ndarray[Any, Any]:
+        """Step values (uint32) of a metric's rows."""
+        sel = Selection.of(selectors)
+        return self._retry(lambda: self._read(name, sel))[0]
+
+    def metric_values(
+        self, name: str, *, dtype: DTypeArg = "standard", **selectors: Any
+    ) -> np.ndarray[Any, Any]:
+        """Values of a metric's rows."""
+        return self.metric(name, dtype=dtype, **selectors)[1]  # type: ignore[no-any-return]
+
+    def table(
+        self,
+        names: Iterable[str],
+        on: str = "step",
+        *,
+        dtype: DTypeArg | Mapping[str, DTypeArg] = "standard",
+        **selectors: Any,
+    ) -> tuple[np.ndarray[Any, Any], dict[str, np.ndarray[Any, Any]]]:
+        """Step-aligned columns: only steps present in every metric (inner join)."""
+        cols = list(names)
+        if not cols:
+            raise ValueError("table() needs at least one metric name")
+        if len(set(cols)) != len(cols):
+            raise ValueError(f"table() got duplicate metric names: {cols}")
+        if on != "step" and on not in cols:
+            raise ValueError(f"on={on!r} must be 'step' or one of the requested metrics {cols}")
+        sel = Selection.of(selectors)
+        per = dtype if isinstance(dtype, Mapping) else {}
+        dtypes = {n: per.get(n, "standard") if per else dtype for n in cols}
+        unknown = set(dtype) - set(cols) if isinstance(dtype, Mapping) else set()
+        if unknown:
+            raise ValueError(f"dtype given for metrics not in the table: {sorted(unknown)}")
+        steps, raw = self._retry(lambda: self._table(cols, on, sel))
+        return steps, {n: cast(raw[n][0], raw[n][1], dtypes[n], n) for n in cols}
+
+    def _table(
+        self, cols: list[str], on: str, sel: Selection
+    ) -> tuple[np.ndarray[Any, Any], dict[str, tuple[np.ndarray[Any, Any], str]]]:
+        read: dict[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], str]] = {}
+        if on == "step":
+            if sel.kind == "value":
+                raise ValueError("vstart/vstop need on=<metric name>")
+            window = sel if sel.kind == "step" else Selection()
+            for n in cols:
+                read[n] = self._read(n, window)
+        else:
+            read[on] = self._read(on, sel)
+            on_steps = read[on][0]
+            window = (
+                Selection(kind="step", lo=int(on_steps[0]), hi=int(on_steps[-1]))
+                if len(on_steps)
+                else Selection(kind="index", lo=0, hi=0)
+            )
+            for n in cols:
+                if n != on:
+                    read[n] = self._read(n, window)
+        common = read[cols[0]][0]
+        for n in cols[1:]:
+            common = _intersect_sorted(common, read[n][0])
+        if on == "step" and sel.kind == "index":
+            common = common[slice(sel.lo, sel.hi)]
+        out = {}
+        for n in cols:
+            s, v, code = read[n]
+            out[n] = (v if _same(s, common) else v[np.searchsorted(s, common)], code)
+        return common.astype(F.INDEX_DTYPE, copy=False), out
+
+    # -- internals ---------------------------------------------------------------------------
+    def _retry(self, fn: Callable[[], T]) -> T:
+        """Run a read; if a live writer moved a file under it, refresh and run it again."""
+        for _ in range(_RETRIES):
+            try:
+                return fn()
+            except (FileNotFoundError, _Stale):
+                if not self._src.live:
+                    raise
+                self.refresh()
+        return fn()
+
+    def _entry(self, name: str) -> tuple[str, dict[str, Any] | None]:
+        m = self._raw_manifest()
+        hot_cols = self._hot_cols()
+        entry = m.get(name) if name not in F.META_KEYS else None
+        if isinstance(entry, dict):
+            code = entry.get("dtype")
+            if code not in F.DTYPE_CODES:
+                raise ValueError(f"metric {name!r} has unknown dtype {code!r}")
+            return str(code), entry
+        hot = hot_cols.get(name)
+        if hot:
+            return natural_code(hot[1][0]), None
+        raise KeyError(f"unknown metric {name!r} in run {self._path}")
+
+    def _hot_cols(self) -> dict[str, tuple[list[int], list[Any]]]:
+        if self._exclude_hot:
+            return {}
+        if self._hot is None:
+            # Newest first: a row leaves hot.jsonl only for hot.compacting.jsonl, and leaves
+            # that only once it is in the columns, which are read after this.
+            hot = parse_rows(self._src.read(F.HOT) or b"")
+            rows = parse_rows(self._src.read(F.HOT_COMPACTING) or b"") + hot
+            cols: dict[str, tuple[list[int], list[Any]]] = {}
+            for step, row in rows:
+                for k, v in row.items():
+                    steps, vals = cols.setdefault(k, ([], []))
+                    steps.append(step)
+                    vals.append(v)
+            self._hot = cols
+        return self._hot
+
+    def _hot_tail(self, name: str, last: int) -> list[tuple[int, Any]]:
+        """Hot rows of a metric after step `last` (its columnar data), strictly increasing."""
+        hot = self._hot_cols().get(name)
+        if not hot:
+            return []
+        out = []
+        for s, v in zip(*hot, strict=True):
+            if s > last:
+                out.append((s, v))
+                last = s
+        return out
+
+    def _jsonl_values(self, name: str) -> list[Any]:
+        rel = F.value_file(name, F.JSONL)
+        size = self._src.size(rel) or 0
+        cached = self._jsonl.get(name)
+        if cached is None or cached[0] != size:
+            data = self._src.read(rel, 0, size) or b""
+            lines = data.split(b"\n")[:-1]
+            vals = []
+            for line in lines:
+                try:
+                    vals.append(json.loads(line))
+                except ValueError:
+                    break
+            self._jsonl[name] = cached = (size, vals)
+        return cached[1]
+
+    def _value_rows(self, name: str, code: str) -> int:
+        if code == F.JSONL:
+            return len(self._jsonl_values(name))
+        size = self._src.size(F.value_file(name, code))
+        if size is None and self._src.live:
+            # Absent: not written yet, or a writer just widened it under our cached manifest.
+            fresh = F.load_manifest(self._src.read(F.MANIFEST) or b"{}").get(name)
+            if isinstance(fresh, dict) and fresh.get("dtype") != code:
+                raise _Stale
+        return (size or 0) // F.NUMERIC_DTYPES[code].itemsize
+
+    def _col_extent(
+        self, name: str, code: str, entry: dict[str, Any] | None
+    ) -> tuple[int, np.ndarray[Any, Any]]:
+        """(columnar row count, their steps)."""
+        if entry is None:
+            return 0, _EMPTY_STEPS
+        nvals = self._value_rows(name, code)
+        spec = entry.get("indices", "indices")
+        if spec == "indices":
+            steps = self._src.array(F.index_file(name), F.INDEX_DTYPE, 0, -1)
+        else:
+            steps = self._expand(spec, nvals)
+        n = min(nvals, len(steps))
+        return n, steps[:n]
+
+    def _expand(self, spec: Any, nvals: int) -> np.ndarray[Any, Any]:
+        """Segment expansion, shared (read-only) by metrics with the same index layout."""
+        key = (json.dumps(spec, sort_keys=True), nvals if not _closed(spec) else -1)
+        steps = self._segments.get(key)
+        if steps is None:
+            if len(self._segments) >= _SEGMENT_CACHE:
+                self._segments.clear()
+            steps = F.segments_to_steps(spec, rows_hint=nvals)
+            steps.flags.writeable = False
+            self._segments[key] = steps
+        return steps
+
+    def _column_values(self, name: str, code: str, i0: int, i1: int) -> np.ndarray[Any, Any]:
+        if i1 <= i0:
+            return np.zeros(0, object if code == F.JSONL else F.NUMERIC_DTYPES[code])
+        if code == F.JSONL:
+            return _objects(self._jsonl_values(name)[i0:i1])
+        out = self._src.array(F.value_file(name, code), F.NUMERIC_DTYPES[code], i0, i1 - i0)
+        if len(out) < i1 - i0:
+            raise _Stale  # the file shrank since it was sized: a writer is rewriting it
+        return out
+
+    def _check_layout(self, name: str, entry: dict[str, Any] | None) -> None:
+        """After reading an open-segment column of a live run, confirm its layout still holds.
+
+        Steps of such a column are derived from the manifest; a writer that changed the
+        cadence after our manifest snapshot has appended rows the snapshot would mislabel.
+        """
+        if entry is None or not self._src.live or _closed(entry.get("indices", "indices")):
+            return
+        fresh = F.load_manifest(self._src.read(F.MANIFEST) or b"{}").get(name)
+        if not isinstance(fresh, dict) or fresh.get("indices") != entry.get("indices"):
+            raise _Stale
+
+    def _read(
+        self, name: str, sel: Selection
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], str]:
+        out = self._read_unchecked(name, sel)
+        self._check_layout(name, self._entry(name)[1])
+        return out
+
+    def _read_unchecked(
+        self, name: str, sel: Selection
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], str]:
+        code, entry = self._entry(name)
+        n, steps = self._col_extent(name, code, entry)
+        tail = self._hot_tail(name, int(steps[-1]) if n else -1)
+        if tail:
+            steps = np.concatenate([steps, np.array([s for s, _ in tail], F.INDEX_DTYPE)])
+        if sel.kind == "value":
+            values = self._join(name, code, 0, len(steps), n, tail)
+            keep = select(values, sel, name)
+            return steps[keep], values[keep], code
+        i0, i1 = sel.bounds(steps)
+        return steps[i0:i1], self._join(name, code, i0, i1, n, tail), code
+
+    def _join(
+        self, name: str, code: str, i0: int, i1: int, n: int, tail: list[tuple[int, Any]]
+    ) -> np.ndarray[Any, Any]:
+        """Values of rows [i0, i1) across the columnar part (first n rows) and the hot tail."""
+        col = self._column_values(name, code, i0, min(i1, n))
+        if i1 <= n:
+            return col
+        hot = [v for _s, v in tail[max(i0 - n, 0) : i1 - n]]
+        return np.concatenate([col, _hot_array(hot, code)]) if len(col) else _hot_array(hot, code)
+
+    def _one(self, name: str, idx: int, dtype: DTypeArg) -> tuple[Any, Any]:
+        code, entry = self._entry(name)
+        n, step_at = self._col_count(name, code, entry)
+        tail = self._hot_tail(name, int(step_at(n - 1)) if n else -1)
+        total = n + len(tail)
+        pos = idx + total if idx < 0 else idx
+        if not 0 <= pos < total:
+            raise IndexError(f"index {idx} out of range for metric {name!r} ({total} rows)")
+        if pos < n:
+            step, values = np.uint32(step_at(pos)), self._column_values(name, code, pos, pos + 1)
+        else:
+            step, values = np.uint32(tail[pos - n][0]), _hot_array([tail[pos - n][1]], code)
+        self._check_layout(name, entry)
+        return step, cast(values, code, dtype, name)[0]
+
+    def _col_count(
+        self, name: str, code: str, entry: dict[str, Any] | None
+    ) -> tuple[int, Callable[[int], Any]]:
+        """Columnar row count and a step lookup, touching only file sizes and single rows."""
+        if entry is None:
+            return 0, int
+        nvals = self._value_rows(name, code)
+        spec = entry.get("indices", "indices")
+        if spec != "indices":
+            steps = self._expand(spec, nvals)
+            return min(nvals, len(steps)), steps.__getitem__
+        rel = F.index_file(name)
+        nidx = (self._src.size(rel) or 0) // F.INDEX_DTYPE.itemsize
+
+        def step_at(i: int) -> Any:
+            return self._src.array(rel, F.INDEX_DTYPE, i, 1)[0]
+
+        return min(nvals, nidx), step_at
+
+
+class _Stale(RuntimeError):
+    """The cached manifest no longer matches the files (a live writer changed a dtype)."""
+
+
+def _same(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
+    if a is b or (a.base is not None and a.base is b.base and a.shape == b.shape):
+        return True
+    return len(a) == len(b) and bool(np.array_equal(a, b))
+
+
+def _intersect_sorted(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Steps in both sorted, duplicate-free step arrays (linear when cadences match)."""
+    if _same(a, b) or not len(a):
+        return a
+    if not len(b):
+        return b
+    pos = np.minimum(np.searchsorted(b, a), len(b) - 1)
+    out: np.ndarray[Any, Any] = a[b[pos] == a]
+    return out
+
+
+def _closed(spec: Any) -> bool:
+    """Whether an index spec fixes every step (no open final segment)."""
+    if spec == "indices":
+        return True
+    segs = [spec] if isinstance(spec, dict) else spec
+    return all(isinstance(s, dict) and s.get("stop") is not None for s in segs)
+
+
+def _objects(values: list[Any]) -> np.ndarray[Any, Any]:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _hot_array(values: list[Any], code: str) -> np.ndarray[Any, Any]:
+    """Hot-log values in the column's storage dtype (a wider one if a promotion is pending)."""
+    if code == F.JSONL:
+        return _objects(values)
+    try:
+        return np.array(values, dtype=F.NUMERIC_DTYPES[code])
+    except (OverflowError, TypeError, ValueError):
+        return np.array(values)

@@ -1,0 +1,107 @@
+"""Range selectors (step, value, position) and checked dtype conversion of read values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+_FAMILIES = {
+    "start": ("step", "lo"), "stop": ("step", "hi"),
+    "vstart": ("value", "lo"), "vstop": ("value", "hi"),
+    "istart": ("index", "lo"), "istop": ("index", "hi"),
+}
+_I64 = np.iinfo(np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """One range selector family: `step` (inclusive), `value` (inclusive) or `index` (slice)."""
+
+    kind: str | None = None
+    lo: Any = None
+    hi: Any = None
+
+    @classmethod
+    def of(cls, selectors: dict[str, Any]) -> Selection:
+        """Parse `start/stop`, `vstart/vstop` or `istart/istop` keywords (one family only)."""
+        given = {k: v for k, v in selectors.items() if v is not None}
+        unknown = set(selectors) - set(_FAMILIES)
+        if unknown:
+            raise TypeError(f"unknown selector(s) {sorted(unknown)}; use {sorted(_FAMILIES)}")
+        kinds = {_FAMILIES[k][0] for k in given}
+        if len(kinds) > 1:
+            raise ValueError("use one selector family: start/stop, istart/istop or vstart/vstop")
+        if not kinds:
+            return cls()
+        bounds = {_FAMILIES[k][1]: v for k, v in given.items()}
+        kind = kinds.pop()
+        for v in bounds.values():
+            if kind != "value" and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+                raise TypeError(f"{kind} selectors take integers, got {v!r}")
+        return cls(kind, bounds.get("lo"), bounds.get("hi"))
+
+    def bounds(self, steps: np.ndarray[Any, Any]) -> tuple[int, int]:
+        """Row range [i0, i1) this selection picks from sorted `steps`."""
+        n = len(steps)
+        if self.kind == "step":
+            i0 = 0
+            if self.lo is not None and self.lo > 0:
+                i0 = int(np.searchsorted(steps, self.lo, "left"))
+            if self.hi is None:
+                return i0, n
+            if self.hi < 0:
+                return i0, i0
+            return i0, max(i0, int(np.searchsorted(steps, self.hi, "right")))
+        if self.kind == "index":
+            i0, i1, _ = slice(self.lo, self.hi).indices(n)
+            return i0, max(i0, i1)
+        return 0, n
+
+
+def select(values: np.ndarray[Any, Any], sel: Selection, name: str) -> np.ndarray[Any, Any]:
+    """Boolean mask of rows whose value lies in [vstart, vstop]."""
+    if values.dtype == object:
+        raise ValueError(f"vstart/vstop need a numeric metric; {name!r} holds JSON values")
+    mask = np.ones(len(values), dtype=bool)
+    if sel.lo is not None:
+        mask &= values >= sel.lo
+    if sel.hi is not None:
+        mask &= values <= sel.hi
+    return mask
+
+
+def cast(values: np.ndarray[Any, Any], code: str, dtype: Any, name: str) -> np.ndarray[Any, Any]:
+    """Apply a read's `dtype`: "standard", "storage" or a NumPy dtype (checked for ints)."""
+    if isinstance(dtype, str) and dtype == "storage":
+        return values
+    if isinstance(dtype, str) and dtype == "standard":
+        wide = values.dtype.kind == "u" and values.dtype.itemsize == 8 and len(values)
+        if wide and int(values.max()) > _I64.max:
+            raise OverflowError(
+                f"values of {name!r} exceed int64; read with dtype=np.uint64, object or 'storage'"
+            )
+        if values.dtype.kind in "iu":
+            return values.astype(np.int64)
+        return values
+    target = np.dtype(dtype)
+    if target.kind in "iu" and values.dtype != target and len(values):
+        _check_int_target(values, target, name)
+    if values.dtype.kind == "O" and target.kind != "O":
+        return np.asarray(values.tolist(), dtype=target)
+    return values.astype(target)
+
+
+def _check_int_target(values: np.ndarray[Any, Any], target: np.dtype[Any], name: str) -> None:
+    info = np.iinfo(target)
+    if values.dtype.kind == "f":
+        if not np.all(np.isfinite(values)) or not np.all(values == np.trunc(values)):
+            raise ValueError(f"values of {name!r} are not all integral; cannot convert to {target}")
+        lo, hi = float(values.min()), float(values.max())
+    elif values.dtype.kind in "iu":
+        lo, hi = int(values.min()), int(values.max())
+    else:
+        return
+    if lo < info.min or hi > info.max:
+        raise OverflowError(f"values of {name!r} do not fit {target}")

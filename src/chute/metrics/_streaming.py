@@ -1,0 +1,132 @@
+"""Base of the two streaming writers: lock, resume, config, finish, context manager."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from . import _config
+from ._archive import unzip_run, zip_run
+from ._columns import ColumnStore
+from ._dtypes import Value
+from ._lock import RunLock
+from ._writer import Schema, WriterClosedError, batch_of, check_overrides, check_step, run_paths
+
+
+class StreamingWriter(ABC):
+    """Shared life cycle of `DirectWriter` and `CompactingWriter`."""
+
+    def __init__(
+        self,
+        outdir: str | os.PathLike[str],
+        step: int,
+        config: _config.ConfigArg,
+        allow_resume_finalized: bool,
+    ) -> None:
+        self._step = check_step(step)
+        frozen = _config.freeze(config)
+        self._outdir, self._pdir, self._zip = run_paths(outdir)
+        os.makedirs(self._outdir, exist_ok=True)
+        self._closed = False
+        self._lock = RunLock(self._outdir, self.close)
+        try:
+            if os.path.exists(self._zip):
+                if not allow_resume_finalized:
+                    raise FileExistsError(
+                        f"{self._zip} is a finalized run; "
+                        "pass allow_resume_finalized=True to resume it"
+                    )
+                unzip_run(self._zip, self._pdir)
+            self._store = ColumnStore.open(self._pdir, self._step)
+            _config.apply(frozen, self._outdir, self._pdir)
+        except BaseException:
+            self._lock.release()
+            raise
+        self._schema = Schema.of(self._pdir, self._store.cols)
+
+    @property
+    def step(self) -> int:
+        """The step that `write()` logs at."""
+        return self._step
+
+    def write(self, metrics: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
+        """Log metrics at the current step; the whole batch is validated before any change."""
+        self._check_open()
+        batch = batch_of(metrics, kwargs)
+        checked = self._schema.validate(batch, self._step)
+        self._schema.commit(checked, self._step)
+        self._apply(checked)
+
+    def set_config(self, config: Mapping[str, Any]) -> None:
+        """Atomically replace the run's config.json (a linked target is left unchanged)."""
+        self._check_open()
+        frozen = _config.freeze(config)
+        if not isinstance(frozen, bytes):
+            raise TypeError("set_config() takes a dict")
+        _config.replace(os.path.join(self._pdir, "config.json"), frozen)
+
+    def finish(
+        self,
+        optimize: bool = True,
+        zip: bool = True,
+        config_overrides: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Flush, optionally tighten and index-compress, and optionally zip the run."""
+        self._check_open()
+        overrides = check_overrides(config_overrides)
+        self._drain(final=True)
+        if optimize:
+            self._store.optimize()
+        else:
+            self._store.close_files()
+            self._store.flush_manifest()
+        if overrides:
+            _config.override(self._pdir, overrides)
+        if zip:
+            zip_run(self._pdir, self._zip)
+        self._closed = True
+        self._lock.release()
+
+    def flush(self) -> None:
+        """Make everything logged so far durable against a process crash."""
+        self._check_open()
+        self._drain(final=False)
+
+    def close(self) -> None:
+        """Flush and release the run without finishing it (it stays resumable)."""
+        if self._closed:
+            return
+        try:
+            self._drain(final=False)
+            self._store.close_files()
+        finally:
+            self._closed = True
+            self._lock.release()
+
+    def __enter__(self) -> StreamingWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WriterClosedError(
+                f"writer of {self._outdir!r} is finished, closed or taken over by a newer writer"
+            )
+
+    @abstractmethod
+    def _apply(self, checked: list[tuple[str, Value, str]]) -> None:
+        """Store a validated batch at the current step."""
+
+    @abstractmethod
+    def _drain(self, final: bool) -> None:
+        """Push everything pending to disk (`final`: also fold the hot log into columns)."""

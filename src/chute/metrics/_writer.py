@@ -1,0 +1,132 @@
+"""What the three writers share: step bookkeeping, batch validation, config, finishing."""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import _config
+from . import _format as F
+from ._columns import Column
+from ._dtypes import Value, capture, check_f32, resolve
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+class WriterClosedError(RuntimeError):
+    """The writer was finished, closed, or taken over by a newer writer of the same run."""
+
+
+def check_step(step: object) -> int:
+    """A step as a Python int in the uint32 range (NumPy integers accepted)."""
+    if isinstance(step, bool):
+        raise TypeError("step must be an integer, not a bool")
+    try:
+        value = operator.index(step)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"step must be an integer, got {type(step).__name__}") from None
+    if not 0 <= value <= F.MAX_STEP:
+        raise ValueError(f"step {value} is outside the uint32 range [0, {F.MAX_STEP}]")
+    return value
+
+
+def batch_of(metrics: object, kwargs: dict[str, Any]) -> Mapping[str, Any]:
+    """The `write()` arguments as one mapping: a dict or keywords, not both."""
+    if metrics is None:
+        return kwargs
+    if kwargs:
+        raise TypeError("write() takes one dict or keyword metrics, not both")
+    if not isinstance(metrics, Mapping):
+        raise TypeError(f"write() takes a dict of metrics, got {type(metrics).__name__}")
+    return metrics
+
+
+def check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Validated `config_overrides` for `finish()`."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise TypeError("config_overrides must be a dict")
+    _config.freeze(overrides)
+    return dict(overrides)
+
+
+@dataclass(slots=True)
+class _Meta:
+    code: str
+    lo: int = 0
+    hi: int = 0
+    last_step: int = -1
+
+
+@dataclass(slots=True)
+class Schema:
+    """The writer's view of every metric's dtype; `validate` checks a batch without changing it."""
+
+    root: str
+    metas: dict[str, _Meta] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, root: str, cols: Mapping[str, Column]) -> Schema:
+        return cls(root, {n: _Meta(c.code, c.lo, c.hi, c.last_step) for n, c in cols.items()})
+
+    def validate(self, batch: Mapping[str, Any], step: int) -> list[tuple[str, Value, str]]:
+        if step > F.MAX_STEP:
+            raise ValueError(f"step {step} is past the last uint32 step; finish the run")
+        out: list[tuple[str, Value, str]] = []
+        metas = self.metas
+        for name, value in batch.items():
+            meta = metas.get(name)
+            # Fast path: a plain float joining a float column it fits (NaN/inf take the slow one).
+            if type(value) is float and meta is not None and meta.last_step != step:
+                code = meta.code
+                if code == "f64" or (code == "f32" and -_F32_MAX <= value <= _F32_MAX):
+                    out.append((name, Value("f32", value, None, False), code))
+                    continue
+            if meta is None:
+                F.check_name(name, self.root)
+            elif meta.last_step == step:
+                raise ValueError(f"metric {name!r} was already written at step {step}")
+            try:
+                val = capture(value)
+                if meta is None:
+                    code = resolve(None, val)
+                elif val.code == meta.code:  # the common case: nothing to widen
+                    code = meta.code
+                    if code == "f32" and not val.explicit:
+                        check_f32(val.num)
+                else:
+                    code = resolve(meta.code, val, meta.lo, meta.hi)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise type(e)(f"metric {name!r} at step {step}: {e}") from None
+            out.append((name, val, code))
+        return out
+
+    def commit(self, checked: list[tuple[str, Value, str]], step: int) -> None:
+        metas = self.metas
+        for name, val, code in checked:
+            meta = metas.get(name)
+            num = val.num
+            if meta is None:
+                meta = metas[name] = _Meta(code)
+                if type(num) is int:
+                    meta.lo = meta.hi = num
+            else:
+                meta.code = code
+                if type(num) is int:
+                    if num < meta.lo:
+                        meta.lo = num
+                    elif num > meta.hi:
+                        meta.hi = num
+            meta.last_step = step
+
+
+def run_paths(outdir: str | os.PathLike[str]) -> tuple[str, str, str]:
+    """(outdir, its plattli/ folder, its metrics.plattli archive)."""
+    out = os.fspath(outdir)
+    return out, os.path.join(out, F.DIR_NAME), os.path.join(out, F.ZIP_NAME)

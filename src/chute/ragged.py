@@ -1,0 +1,282 @@
+"""Variable-length records: sequences that share a dtype and a row shape but not a length.
+
+A batch comes back packed, as ``(values, row_splits)``: every record's rows end to end in one
+flat array, record i being ``values[row_splits[i]:row_splits[i + 1]]``. Padding to a dense
+batch is a separate, visible step (`pad`), usually the loader's collate transform. The layout
+on disk (one byte record per sequence, ``schema.json`` with ``"ragged": true``) is loaderx's,
+so either library opens the other's stores.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chute._schema import read_schema, write_schema
+from chute.errors import CorruptStoreError, StoreError
+from chute.store import Codec, RecordStore
+from chute.store._format import MAX_RECORD, codec_name, parse_codec
+
+__all__ = ["RaggedDataset", "pad", "write_ragged"]
+
+Packed = tuple[npt.NDArray[Any], npt.NDArray[np.int64]]
+"""``(values, row_splits)``: all rows of a batch end to end, and the n+1 record edges."""
+
+
+def _records(
+    arrays: Iterable[Any], dtype: np.dtype[Any] | None, item_shape: tuple[int, ...] | None
+) -> Iterator[tuple[npt.NDArray[Any], np.dtype[Any], tuple[int, ...]]]:
+    """Each record as a contiguous array, checked against the dtype and row shape of the set
+    (taken from the first record where not given)."""
+    for i, item in enumerate(arrays):
+        record = np.asarray(item)
+        if dtype is None:
+            dtype = record.dtype
+        if item_shape is None:
+            item_shape = record.shape[1:]
+        if record.ndim != 1 + len(item_shape) or record.shape[1:] != item_shape:
+            expected = ", ".join(["rows", *map(str, item_shape)])
+            raise ValueError(
+                f"record {i} has shape {record.shape}; records of this set are ({expected})"
+            )
+        if record.dtype != dtype:
+            if not np.can_cast(record.dtype, dtype, "same_kind"):
+                raise TypeError(f"record {i} has dtype {record.dtype}, the set is {dtype}")
+            record = record.astype(dtype)
+        yield np.ascontiguousarray(record), dtype, item_shape
+
+
+def write_ragged(
+    path: str | os.PathLike[str],
+    arrays: Iterable[Any],
+    dtype: npt.DTypeLike | None = None,
+    item_shape: tuple[int, ...] | None = None,
+    codec: str = "zstd",
+    chunk_bytes: int = 64 << 20,
+    dict_size: int | None = None,
+    *,
+    level: int | None = None,
+    overwrite: bool = False,
+) -> RaggedDataset:
+    """Write an iterable of variable-length arrays, one record each, and return it opened.
+
+    Every array is ``(rows, *item_shape)`` of one dtype; both are taken from the first array
+    unless given (a plain 1-D array is a sequence of scalar rows). Records are appended
+    ``chunk_bytes`` at a time, so a generator is never held whole. ``codec`` is ``"zstd"``,
+    ``"raw"`` or ``"zstd_dict"`` (the dictionary is trained on the first chunk's records).
+    """
+    path = Path(path)
+    c = parse_codec(codec)
+    want_dtype = None if dtype is None else np.dtype(dtype)
+    want_shape = None if item_shape is None else tuple(int(d) for d in item_shape)
+    if want_dtype is not None and want_dtype.hasobject:
+        raise TypeError(f"dtype {want_dtype} holds Python objects; only plain dtypes can be stored")
+    if path.exists() and any(path.iterdir()) and not overwrite:
+        raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True to replace it")
+    records = _records(arrays, want_dtype, want_shape)
+    first = next(records, None)
+    if first is None and (want_dtype is None or want_shape is None):
+        raise ValueError("no records to write, and no dtype and item_shape to describe them")
+    set_dtype = first[1] if first else want_dtype
+    set_shape = first[2] if first else want_shape
+    assert set_dtype is not None and set_shape is not None
+    if set_dtype.hasobject:
+        raise TypeError(f"dtype {set_dtype} holds Python objects; only plain dtypes can be stored")
+    with RecordStore(path, mode="w", codec=c, level=level) as store:
+        write_schema(
+            path,
+            {
+                "ragged": True,
+                "dtype": set_dtype.str,
+                "item_shape": list(set_shape),
+                "codec": codec_name(c),
+            },
+        )
+        pending: list[npt.NDArray[Any]] = [first[0]] if first else []
+        size = pending[0].nbytes if pending else 0
+        written = 0
+        for record, _, _ in records:
+            if size + record.nbytes > chunk_bytes and pending:
+                written = _flush(store, pending, written, c, dict_size)
+                pending, size = [], 0
+            pending.append(record)
+            size += record.nbytes
+        _flush(store, pending, written, c, dict_size)
+    return RaggedDataset(path)
+
+
+def _flush(
+    store: RecordStore,
+    records: list[npt.NDArray[Any]],
+    written: int,
+    codec: Codec,
+    dict_size: int | None,
+) -> int:
+    """Append one chunk of records; returns how many the store holds after it."""
+    if not records:
+        return written
+    lengths = np.array([r.nbytes for r in records], np.int64)
+    if int(lengths.max()) > MAX_RECORD:
+        i = int(np.argmax(lengths > MAX_RECORD))
+        raise ValueError(
+            f"record {written + i} is {int(lengths[i])} bytes; "
+            "the Zrecord format caps a record at 1 MiB"
+        )
+    data = np.concatenate([r.reshape(-1).view(np.uint8) for r in records])
+    if codec is Codec.ZSTD_DICT and not store.has_dict:
+        store.train_dict([r.reshape(-1).view(np.uint8) for r in records], dict_size)
+    store.append_packed(data, lengths)
+    return written + len(records)
+
+
+def pad(
+    values: npt.NDArray[Any],
+    row_splits: npt.ArrayLike,
+    max_len: int | None = None,
+    pad_value: Any = 0,
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
+    """A packed batch as a dense ``(n, max_len, *item_shape)`` array plus each record's rows.
+
+    ``max_len`` defaults to the longest record; a record longer than ``max_len`` is an error,
+    never silently cut.
+    """
+    values = np.asarray(values)
+    splits = np.asarray(row_splits)
+    if splits.ndim != 1 or splits.size == 0 or not np.issubdtype(splits.dtype, np.integer):
+        raise ValueError("row_splits must be a non-empty 1-D integer array of record edges")
+    splits = splits.astype(np.int64)
+    lengths = np.diff(splits)
+    if values.ndim == 0:
+        raise ValueError("values must have at least one axis (rows)")
+    if splits[0] != 0 or splits[-1] != len(values) or (lengths < 0).any():
+        raise ValueError(
+            f"row_splits must rise from 0 to len(values)={len(values)}, "
+            f"got {splits[0]}..{splits[-1]}"
+        )
+    longest = int(lengths.max()) if lengths.size else 0
+    width = longest if max_len is None else int(max_len)
+    if width < 0:
+        raise ValueError(f"max_len must be non-negative, got {max_len}")
+    if longest > width:
+        raise ValueError(f"a record has {longest} rows, over max_len={width}")
+    padded = np.full((lengths.size, width, *values.shape[1:]), pad_value, dtype=values.dtype)
+    padded[np.arange(width) < lengths[:, None]] = values
+    return padded, lengths
+
+
+class RaggedDataset:
+    """A read-only store of variable-length records written by `write_ragged` (or loaderx).
+
+    ``ds[i]`` is record i, ``(rows, *item_shape)``; ``ds[indices]``, ``ds[a:b]`` and
+    ``__getitems__`` return a packed batch ``(values, row_splits)`` from one native gather.
+    It is a loader stream as it is: ``DataLoader({"tokens": ds, ...}, transform=collate)``.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, verify: bool = False, threads: int | None = None
+    ) -> None:
+        path = Path(path)
+        schema = read_schema(path)
+        if not schema.get("ragged"):
+            raise StoreError(f"{path} holds fixed-shape records: open it with Dataset")
+        self._dtype: np.dtype[Any] = schema["dtype"]
+        self._item_shape: tuple[int, ...] = schema.get("item_shape", ())
+        self._row_bytes = self._dtype.itemsize * math.prod(self._item_shape)
+        if self._row_bytes == 0:
+            raise CorruptStoreError(f"{path}/schema.json describes zero-byte rows")
+        self._codec = str(schema.get("codec", "zstd"))
+        self._store = RecordStore(path, mode="r", verify=verify, threads=threads)
+        self._path = path
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._dtype
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        """The shape of one row of a record."""
+        return self._item_shape
+
+    @property
+    def codec(self) -> str:
+        return self._codec
+
+    @property
+    def store(self) -> RecordStore:
+        """The underlying record store (read-only)."""
+        return self._store
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def _indices(self, key: Any) -> npt.NDArray[np.int64]:
+        n = len(self)
+        if isinstance(key, slice):
+            return np.arange(n, dtype=np.int64)[key]
+        idx = np.asarray(key)
+        if idx.dtype == np.bool_ or not np.issubdtype(idx.dtype, np.integer):
+            if idx.size:
+                raise TypeError(f"dataset indices must be integers, got {idx.dtype}")
+            return np.empty(0, np.int64)
+        idx = idx.reshape(-1).astype(np.int64)
+        if idx.size and (int(idx.min()) < -n or int(idx.max()) >= n):
+            bad = idx[(idx < -n) | (idx >= n)][0]
+            raise IndexError(f"index {int(bad)} is out of range for a dataset of {n} records")
+        return np.where(idx < 0, idx + n, idx)
+
+    def _rows(self, byte_counts: npt.NDArray[Any], what: str) -> npt.NDArray[np.int64]:
+        rows, rest = np.divmod(byte_counts.astype(np.int64), self._row_bytes)
+        if rest.any():
+            raise CorruptStoreError(
+                f"{self._path}: {what} is not a whole number of {self._row_bytes}-byte rows "
+                f"of {self._dtype}{list(self._item_shape)}"
+            )
+        return rows
+
+    def __getitems__(self, indices: Any) -> Packed:
+        """The packed batch ``(values, row_splits)`` of a flat sequence of indices."""
+        values, offsets = self._store.gather_packed(self._indices(indices))
+        row_splits = self._rows(offsets, "a record")
+        return values.view(self._dtype).reshape(-1, *self._item_shape), row_splits
+
+    def __getitem__(self, key: Any) -> npt.NDArray[Any] | Packed:
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            values, _ = self.__getitems__([key])
+            return values
+        return self.__getitems__(key)
+
+    def lengths(self, indices: Any) -> npt.NDArray[np.int64]:
+        """Rows per record, from the record table alone (no data read): for bucketing."""
+        return self._rows(self._store.lengths(self._indices(indices)), "a record")
+
+    def getitems_padded(
+        self, indices: Any, max_len: int | None = None, pad_value: Any = 0
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
+        """Gather and pad in one step: ``(padded (n, max_len, *item_shape), lengths)``."""
+        values, row_splits = self.__getitems__(indices)
+        return pad(values, row_splits, max_len, pad_value)
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> RaggedDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"RaggedDataset({str(self._path)!r}, records={len(self)}, dtype={self._dtype}, "
+            f"item_shape={self._item_shape})"
+        )

@@ -1,0 +1,184 @@
+"""Sampler: purity in (seed, step), O(1) seek, and the statistics each mode promises."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chute import Sampler
+
+MODES = ["sequential", "iid", "cyclic"]
+
+
+def _chi2_p(counts: np.ndarray) -> float:
+    """Upper-tail p-value of Pearson's chi-square against a uniform expectation."""
+    from math import erfc, sqrt
+
+    expected = counts.sum() / counts.size
+    stat = float(((counts - expected) ** 2 / expected).sum())
+    dof = counts.size - 1
+    # Wilson-Hilferty normal approximation of the chi-square tail; exact enough for dof >= 9.
+    z = ((stat / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / sqrt(2 / (9 * dof))
+    return 0.5 * erfc(z / sqrt(2))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_batch_is_pure_function_of_seed_and_step(mode: str) -> None:
+    a = Sampler(1000, 32, mode, seed=7)
+    b = Sampler(1000, 32, mode, seed=7)
+    stream = [next(a) for _ in range(50)]
+    b.seek(25)
+    assert b.step == 25
+    for s in range(25, 50):
+        np.testing.assert_array_equal(next(b), stream[s])
+    for s in (49, 3, 17):
+        np.testing.assert_array_equal(a.indices(s), stream[s])
+    assert all(x.dtype == np.uint64 and x.shape == (32,) for x in stream)
+
+
+@pytest.mark.parametrize("mode", ["iid", "cyclic"])
+def test_seed_changes_the_stream(mode: str) -> None:
+    a = Sampler(1 << 20, 64, mode, seed=1).indices(5)
+    b = Sampler(1 << 20, 64, mode, seed=2).indices(5)
+    assert not np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_slices_compose_the_batch(mode: str) -> None:
+    s = Sampler(997, 100, mode, seed=3)
+    whole = s.indices(12)
+    parts = [s.indices(12, i, i + 25) for i in range(0, 100, 25)]
+    np.testing.assert_array_equal(np.concatenate(parts), whole)
+    with pytest.raises(ValueError, match="outside a batch"):
+        s.indices(12, 50, 101)
+
+
+def test_sequential_is_a_circular_window() -> None:
+    s = Sampler(10, 4, "sequential")
+    got = [s.indices(i).tolist() for i in range(4)]
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1], [2, 3, 4, 5]]
+    big = Sampler(2**64 - 1, 3, "sequential")
+    start = (10**18 * 3) % (2**64 - 1)
+    assert big.indices(10**18).tolist() == [start, start + 1, start + 2]
+    assert Sampler(3, 7, "sequential").indices(0).tolist() == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_iid_is_uniform() -> None:
+    n = 37
+    s = Sampler(n, 4096, "iid", seed=11)
+    draws = np.concatenate([s.indices(i) for i in range(100)])
+    assert draws.max() < n
+    assert _chi2_p(np.bincount(draws.astype(np.int64), minlength=n)) > 1e-4
+
+
+def test_iid_is_unbiased_where_modulo_would_not_be() -> None:
+    # With length = 3 * 2**62, taking a 64-bit draw modulo length would land in [0, 2**62)
+    # twice as often as elsewhere; Lemire's rejection keeps the four quarters even.
+    n = 3 << 62
+    draws = np.concatenate([Sampler(n, 8192, "iid", seed=5).indices(i) for i in range(8)])
+    quarter = (draws >> np.uint64(62)).astype(np.int64)
+    counts = np.bincount(quarter, minlength=3)
+    assert counts.size == 3
+    assert _chi2_p(counts) > 1e-4
+
+
+def test_iid_positions_are_independent() -> None:
+    # Adjacent positions and adjacent steps must not correlate (counter-based streams).
+    s = Sampler(16, 2048, "iid", seed=1)
+    a = np.concatenate([s.indices(i) for i in range(64)]).astype(np.int64)
+    pairs = a[:-1] * 16 + a[1:]
+    assert _chi2_p(np.bincount(pairs, minlength=256)) > 1e-4
+
+
+@pytest.mark.parametrize("length", [1, 2, 10, 17, 256, 1000, 4099])
+def test_cyclic_cycles_are_permutations(length: int) -> None:
+    batch = max(1, length // 4)
+    s = Sampler(length, batch, "cyclic", seed=length)
+    per = s.steps_per_cycle
+    assert per == length // batch
+    for cycle in range(3):
+        seen = np.concatenate([s.indices(cycle * per + k) for k in range(per)])
+        assert len(seen) == per * batch
+        assert len(np.unique(seen)) == len(seen)  # no repeats within a cycle
+        assert seen.max() < length
+        if per * batch == length:
+            np.testing.assert_array_equal(np.sort(seen), np.arange(length))
+
+
+def test_cyclic_remainder_changes_between_cycles() -> None:
+    s = Sampler(103, 10, "cyclic", seed=0)  # 10 steps per cycle, 3 dropped each cycle
+    dropped = []
+    for cycle in range(6):
+        seen = np.concatenate([s.indices(cycle * 10 + k) for k in range(10)])
+        dropped.append(frozenset(set(range(103)) - set(seen.tolist())))
+    assert all(len(d) == 3 for d in dropped)
+    assert len(set(dropped)) > 1
+
+
+def test_cyclic_permutations_are_uniform() -> None:
+    # Where does item 0 land in each cycle's permutation: uniform over positions, and every
+    # cycle differs from the last.
+    n, cycles = 12, 6000
+    s = Sampler(n, n, "cyclic", seed=9)
+    perms = np.stack([s.indices(c) for c in range(cycles)]).astype(np.int64)
+    position_of_0 = np.argmax(perms == 0, axis=1)
+    assert _chi2_p(np.bincount(position_of_0, minlength=n)) > 1e-4
+    first = np.bincount(perms[:, 0], minlength=n)
+    assert _chi2_p(first) > 1e-4
+    assert len({p.tobytes() for p in perms}) > cycles * 0.99
+
+
+def test_cyclic_large_space_has_no_repeats() -> None:
+    s = Sampler(2**64 - 1, 4096, "cyclic", seed=2**64 - 1)
+    batch = np.concatenate([s.indices(2**40 + k) for k in range(4)])
+    assert len(np.unique(batch)) == batch.size
+
+
+def test_bad_arguments_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="index space is empty"):
+        Sampler(0, 4)
+    with pytest.raises(ValueError, match="batch_size must be positive"):
+        Sampler(10, 0)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        Sampler(10, 2, "shuffle")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="without replacement"):
+        Sampler(3, 4, "cyclic")
+    with pytest.raises(ValueError, match="seed"):
+        Sampler(10, 2, seed=-1)
+    with pytest.raises(ValueError, match="length"):
+        Sampler(2**64, 2)
+    with pytest.raises(TypeError, match="length must be an int"):
+        Sampler(10.0, 2)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="step"):
+        Sampler(10, 2).seek(-1)
+    with pytest.raises(OverflowError, match="step"):
+        Sampler(10, 2).indices(-1)
+
+
+def test_numpy_integers_are_accepted() -> None:
+    s = Sampler(np.int64(50), np.int32(5), "iid", seed=np.uint64(3))
+    np.testing.assert_array_equal(s.indices(np.int64(4)), s.indices(4))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    length=st.integers(1, 2**64 - 1),
+    batch=st.integers(1, 64),
+    seed=st.integers(0, 2**64 - 1),
+    step=st.integers(0, 2**64 - 1),
+    mode=st.sampled_from(MODES),
+)
+def test_any_step_is_in_range_and_repeatable(
+    length: int, batch: int, seed: int, step: int, mode: str
+) -> None:
+    if mode == "cyclic":
+        batch = min(batch, length)
+    s = Sampler(length, batch, mode, seed=seed)  # type: ignore[arg-type]
+    out = s.indices(step)
+    assert out.shape == (batch,)
+    assert int(out.max()) < length
+    np.testing.assert_array_equal(out, s.indices(step))
+    if mode == "cyclic":
+        assert len(np.unique(out)) == batch
