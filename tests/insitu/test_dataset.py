@@ -370,3 +370,15 @@ def test_file_url_reads_the_same_as_a_plain_path(archive: Path) -> None:
         for x, y in zip(a.train, b.train, strict=True):
             np.testing.assert_array_equal(x["sample_indices"], y["sample_indices"])
             np.testing.assert_array_equal(x["x"], y["x"])
+
+
+def test_geometry_naming_a_missing_array_fails_cleanly(archive: Path) -> None:
+    import threading
+
+    from chute.insitu import ArrayGeometry
+
+    before = threading.active_count()
+    ghost = ArrayGeometry("ghost", (N,), (CHUNK,), "<f4")
+    with pytest.raises(FileNotFoundError):
+        InSituDataset(archive, manifest_of(archive), {"ghost": ghost})
+    assert threading.active_count() == before  # the engine's threads were stopped

@@ -53,3 +53,45 @@ def test_sharded_shuffled_epochs_partition_by_chunk(
         assert sorted(flat.tolist()) == list(range(n))
     else:  # to equalise ranks, each other rank drops less than two chunks' worth
         assert n - len(flat) < 2 * (count - 1) * chunk
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batch=st.integers(1, 40),
+    block=st.integers(1, 8),
+    slack=st.integers(0, 30),
+    epochs=st.integers(1, 3),
+)
+def test_any_budget_that_is_accepted_is_never_exceeded(
+    tmp_path_factory: object, batch: int, block: int, slack: int, epochs: int
+) -> None:
+    path = Path(tmp_path_factory.mktemp("budget")) / "b.zarr"  # type: ignore[attr-defined]
+    g = zarr.open_group(str(path), mode="w")
+    g.create_array("v", shape=(150, 4), chunks=(6, 4), dtype="i8")[:] = np.arange(600).reshape(
+        150, 4
+    )
+    g.create_array("w", shape=(150,), chunks=(10,), dtype="f4")[:] = np.arange(150)
+    geoms = open_geometries(path)
+    m = split_by_chunk(geoms["v"], (0.7, 0.2, 0.1))
+    slab = geoms["v"].slab_nbytes + 2 * geoms["w"].slab_nbytes
+    budget = (slack + 1) * slab
+    try:
+        ds = InSituDataset(
+            path, m, geoms, batch_size=batch, block_chunks=block, cache_budget_bytes=budget
+        )
+    except ValueError as exc:
+        assert "cache_budget_bytes" in str(exc)
+        return
+    with ds:
+        for epoch in range(epochs):
+            ds.set_epoch(epoch)
+            for view in ("train", "val"):
+                seen = []
+                for b in getattr(ds, view):
+                    np.testing.assert_array_equal(b["v"][:, 0], b["sample_indices"] * 4)
+                    np.testing.assert_array_equal(b["w"], b["sample_indices"])
+                    seen.extend(b["sample_indices"].tolist())
+                assert sorted(seen) == m.sample_indices(view).tolist()
+        assert ds.stats()["peak_bytes"] <= budget

@@ -91,3 +91,16 @@ def test_s3_missing_bucket_is_a_clear_error(s3_server: str) -> None:
 
     with pytest.raises(Exception, match=r"(?i)bucket|not ?found|404"):
         open_geometries("s3://no-such-bucket/data.zarr", **S3_OPTIONS, endpoint=s3_server)
+
+
+def test_batches_hand_off_to_torch_without_copying(archive: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from chute.frameworks import to_torch
+
+    geoms = open_geometries(archive, ["x", "y"])
+    with InSituDataset(archive, split_by_chunk(geoms["x"]), geoms, batch_size=8) as ds:
+        batch = next(iter(ds.train))
+        tensors = to_torch(batch)
+    assert isinstance(tensors["x"], torch.Tensor)
+    np.testing.assert_array_equal(tensors["x"].numpy(), x_values(batch["sample_indices"]))
+    assert tensors["x"].data_ptr() == batch["x"].ctypes.data  # same memory

@@ -279,24 +279,28 @@ class InSituDataset:
         """Bytes a pass over ``view`` must hold at once, in any epoch.
 
         A deterministic pass is the same every epoch, so its plan says exactly. A shuffled
-        pass holds a window's slabs from its first batch to its last, so at most the
-        windows one batch can touch are alive: bounded without knowing the permutation.
+        pass holds a window's slabs from its first batch to its last, so for variables
+        whose chunks tile the manifest's, at most the windows one batch can touch are
+        alive, whatever the permutation. A slab shared by two manifest chunks (chunks that
+        do not tile) stays pinned from the first window that reads it to the last, which
+        may be the whole pass, so all of that variable's slabs are counted.
         """
+        plan = self._plan(view)
         if view != "train":
-            return self._working_set(view, lookahead=False)
+            return working_set(list(plan.uses.values()), plan.n_batches)
         c, m = self.config, self.manifest
-        window = c.block_chunks * m.sample_chunk_size
-        windows = math.ceil(c.batch_size / window) + 1
-        per_chunk = sum(  # slabs of each variable one manifest chunk can touch
-            (
-                math.ceil(m.sample_chunk_size / g.sample_chunk_size)
-                + (m.sample_chunk_size % g.sample_chunk_size > 0)
-            )
-            * g.slab_nbytes
-            for g in self.geometries.values()
-        )
-        bound = windows * c.block_chunks * per_chunk
-        return min(bound, sum(g.slab_nbytes * g.n_chunks for g in self.geometries.values()))
+        size = m.sample_chunk_size
+        short = bool(m.n_samples % size) and m.n_chunks - 1 in m.chunk_ids(view)
+        # windows one batch can touch; the one short chunk, if any, shortens one window
+        windows = math.ceil(c.batch_size / (c.block_chunks * size)) + 1 + short
+        tiled = shared = 0
+        for name, g in self.geometries.items():
+            if size % g.sample_chunk_size == 0:
+                tiled += size // g.sample_chunk_size * g.slab_nbytes
+            else:
+                shared += int(plan.uses[name].nbytes.sum())
+        split_bytes = sum(int(u.nbytes.sum()) for u in plan.uses.values())
+        return min(windows * c.block_chunks * tiled + shared, split_bytes)
 
     def _working_set(self, view: str, *, lookahead: bool) -> int:
         plan = self._plan(view)

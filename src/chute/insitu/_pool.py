@@ -60,16 +60,11 @@ class ChunkPool:
         self.stats = PoolStats(budget_bytes=budget_bytes)
         self._slabs: OrderedDict[SlabKey, Slab] = OrderedDict()
         self._spares: dict[int, list[np.ndarray]] = {}  # evicted heap buffers, by size
-        self._changed: asyncio.Condition | None = None
+        self._waiters: list[asyncio.Future[None]] = []  # admissions waiting for room
 
     @property
     def budget_bytes(self) -> int:
         return self.stats.budget_bytes
-
-    def _condition(self) -> asyncio.Condition:
-        if self._changed is None:
-            self._changed = asyncio.Condition()
-        return self._changed
 
     def lookup(self, key: SlabKey) -> Slab | None:
         """The slab for ``key`` if held (or being filled), pinned for the caller."""
@@ -93,10 +88,10 @@ class ChunkPool:
         exceeded rather than deadlock; the dataset checks up front that one pass's
         working set fits, so a lone pass never gets here.
         """
-        changed = self._condition()
-        async with changed:
-            while not self._make_room(nbytes) and not urgent():
-                await changed.wait()
+        while not self._make_room(nbytes) and not urgent():
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
         slab = Slab(key, nbytes)
         spares = self._spares.get(nbytes)
         if spares:
@@ -161,13 +156,10 @@ class ChunkPool:
         self._notify()
 
     def _notify(self) -> None:
-        changed = self._condition()
-
-        async def wake() -> None:
-            async with changed:
-                changed.notify_all()
-
-        asyncio.get_running_loop().create_task(wake())
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _make_room(self, nbytes: int) -> bool:
         if self._spares.get(nbytes) or self.budget_bytes - self.stats.resident_bytes >= nbytes:

@@ -109,7 +109,11 @@ class Engine:
         self._sem: asyncio.Semaphore | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._direct: dict[str, DirectReader | None] = {}
-        self.arrays: dict[str, Any] = self.call(self._open(store))
+        try:
+            self.arrays: dict[str, Any] = self.call(self._open(store))
+        except BaseException:
+            self.close()
+            raise
 
     def call(self, coro: Any) -> Any:
         """Run ``coro`` on the engine loop and wait for its result."""
