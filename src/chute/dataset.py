@@ -12,8 +12,8 @@ import numpy as np
 import numpy.typing as npt
 from tqdm import tqdm
 
-from chute._schema import read_schema, write_schema
-from chute.errors import StoreError
+from chute._schema import write_schema
+from chute._view import StoreView
 from chute.store import Codec, RecordStore
 from chute.store._codec import sample_rows
 from chute.store._format import MAX_RECORD, codec_name, parse_codec
@@ -88,7 +88,7 @@ def _rows_as_bytes(rows: npt.NDArray[Any], n: int) -> npt.NDArray[np.uint8]:
     return np.ascontiguousarray(rows).reshape(n, -1).view(np.uint8).reshape(n, -1)
 
 
-class Dataset:
+class Dataset(StoreView):
     """A read-only, numpy-indexable view of a store written by `write_dataset` (or loaderx).
 
     ``ds[i]``, ``ds[-1]``, ``ds[a:b:s]``, ``ds[[i, j]]``, ``ds[index_array]`` (any shape)
@@ -96,38 +96,11 @@ class Dataset:
     ``verify=True`` checks each returned record against its CRC-32C.
     """
 
-    def __init__(
-        self, path: str | os.PathLike[str], *, verify: bool = False, threads: int | None = None
-    ) -> None:
-        path = Path(path)
-        schema = read_schema(path)
-        if schema.get("ragged"):
-            raise StoreError(f"{path} holds variable-length records: open it with RaggedDataset")
-        self._dtype: np.dtype[Any] = schema["dtype"]
-        self._item_shape: tuple[int, ...] = schema.get("shape", ())
-        self._store = RecordStore(path, mode="r", verify=verify, threads=threads)
-        self._path = path
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self._dtype
-
-    @property
-    def item_shape(self) -> tuple[int, ...]:
-        """The shape of one record."""
-        return self._item_shape
+    _ragged = False
 
     @property
     def shape(self) -> tuple[int, ...]:
         return (len(self), *self._item_shape)
-
-    @property
-    def store(self) -> RecordStore:
-        """The underlying record store (read-only)."""
-        return self._store
-
-    def __len__(self) -> int:
-        return len(self._store)
 
     def __getitems__(self, indices: Any) -> npt.NDArray[Any]:
         """A batch ``(n, *item_shape)`` for a flat sequence of indices: one native call."""
@@ -182,15 +155,6 @@ class Dataset:
         out = np.empty((len(idx), *self._item_shape), self._dtype)
         self._store.gather(idx, out)
         return out
-
-    def close(self) -> None:
-        self._store.close()
-
-    def __enter__(self) -> Dataset:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Dataset({str(self._path)!r}, shape={self.shape}, dtype={self._dtype})"

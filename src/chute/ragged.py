@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chute._schema import read_schema, write_schema
-from chute.errors import CorruptStoreError, StoreError
+from chute._schema import write_schema
+from chute._view import StoreView
+from chute.errors import CorruptStoreError
 from chute.store import Codec, RecordStore
 from chute.store._format import MAX_RECORD, codec_name, parse_codec
 
@@ -174,7 +175,7 @@ def pad(
     return padded, lengths
 
 
-class RaggedDataset:
+class RaggedDataset(StoreView):
     """A read-only store of variable-length records written by `write_ragged` (or loaderx).
 
     ``ds[i]`` is record i, ``(rows, *item_shape)``; ``ds[indices]``, ``ds[a:b]`` and
@@ -182,46 +183,21 @@ class RaggedDataset:
     It is a loader stream as it is: ``DataLoader({"tokens": ds, ...}, transform=collate)``.
     """
 
+    _ragged = True
+
     def __init__(
         self, path: str | os.PathLike[str], *, verify: bool = False, threads: int | None = None
     ) -> None:
-        path = Path(path)
-        schema = read_schema(path)
-        if not schema.get("ragged"):
-            raise StoreError(f"{path} holds fixed-shape records: open it with Dataset")
-        self._dtype: np.dtype[Any] = schema["dtype"]
-        self._item_shape: tuple[int, ...] = schema.get("item_shape", ())
+        super().__init__(path, verify=verify, threads=threads)
         self._row_bytes = self._dtype.itemsize * math.prod(self._item_shape)
         if self._row_bytes == 0:
-            raise CorruptStoreError(f"{path}/schema.json describes zero-byte rows")
-        self._codec = str(schema.get("codec", "zstd"))
-        self._store = RecordStore(path, mode="r", verify=verify, threads=threads)
-        self._path = path
-
-    @property
-    def path(self) -> Path:
-        return self._path
-
-    @property
-    def dtype(self) -> np.dtype[Any]:
-        return self._dtype
-
-    @property
-    def item_shape(self) -> tuple[int, ...]:
-        """The shape of one row of a record."""
-        return self._item_shape
+            self.close()
+            raise CorruptStoreError(f"{self._path}/schema.json describes zero-byte rows")
+        self._codec = str(self._schema.get("codec", "zstd"))
 
     @property
     def codec(self) -> str:
         return self._codec
-
-    @property
-    def store(self) -> RecordStore:
-        """The underlying record store (read-only)."""
-        return self._store
-
-    def __len__(self) -> int:
-        return len(self._store)
 
     def _indices(self, key: Any) -> npt.NDArray[np.int64]:
         n = len(self)
@@ -278,15 +254,6 @@ class RaggedDataset:
         slot = width * self._row_bytes
         self._store.gather_into(idx, padded, np.arange(idx.size, dtype=np.uint64) * slot)
         return padded, lengths
-
-    def close(self) -> None:
-        self._store.close()
-
-    def __enter__(self) -> RaggedDataset:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,69 @@
+"""What `Dataset` and `RaggedDataset` share: a read-only store with a dtype and a row shape."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+import numpy as np
+
+from chute._schema import read_schema
+from chute.errors import StoreError
+from chute.store import RecordStore
+
+
+class StoreView:
+    """Opens a store read-only after checking that its schema.json is of this view's kind."""
+
+    _ragged: ClassVar[bool]
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, verify: bool = False, threads: int | None = None
+    ) -> None:
+        path = Path(path)
+        schema = read_schema(path)
+        if bool(schema.get("ragged")) != self._ragged:
+            kind, opener = (
+                ("variable-length", "RaggedDataset")
+                if schema.get("ragged")
+                else ("fixed-shape", "Dataset")
+            )
+            raise StoreError(f"{path} holds {kind} records: open it with {opener}")
+        self._path = path
+        self._schema = schema
+        self._dtype: np.dtype[Any] = schema["dtype"]
+        self._item_shape: tuple[int, ...] = schema.get(
+            "item_shape" if self._ragged else "shape", ()
+        )
+        self._store = RecordStore(path, mode="r", verify=verify, threads=threads)
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._dtype
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        """The shape of one record (of one row, for variable-length records)."""
+        return self._item_shape
+
+    @property
+    def store(self) -> RecordStore:
+        """The underlying record store (read-only)."""
+        return self._store
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
