@@ -244,12 +244,17 @@ def plot(rows: list[tuple[str, float, float, str]], path: str) -> None:
 
     labels = [r[0].rsplit(" (", 1)[0] for r in rows]
     ratios = [ratio(*r[:3]) for r in rows]
+    verdicts = [met(r[0], x, r[3]) for r, x in zip(rows, ratios, strict=True)]
+    colors = [{"met": "C2", "NOT met": "C3"}.get(v, "0.6") for v in verdicts]
     fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 1))
-    ax.barh(range(len(rows)), ratios, color=["C2" if x >= 1 else "C3" for x in ratios])
+    ax.barh(range(len(rows)), ratios, color=colors)
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.axvline(1, color="k", linewidth=0.8)
     ax.set_xscale("log")
-    ax.set_xlabel("chute advantage over plattli 0.19.0 (x, log scale)")
+    ax.set_xlabel(
+        "chute advantage (x, log) over plattli 0.19.0, or over np.fromfile where named;\n"
+        "green: target met, red: target not met, grey: no target"
+    )
     ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
