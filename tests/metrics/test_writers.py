@@ -342,3 +342,17 @@ def test_context_manager_flushes_without_finishing(tmp_path):
     assert not (tmp_path / "metrics.plattli").exists()
     with Reader(tmp_path) as r:
         assert r.metric("a")[1].tolist() == [1.0, 2.0]
+
+
+def test_finish_removes_orphan_columns_and_keeps_unrelated_files(tmp_path):
+    w = DirectWriter(tmp_path)
+    w.write(a=1.0)
+    w.end_step()
+    pdir = tmp_path / "plattli"
+    (pdir / "ghost.f32").write_bytes(b"\0" * 8)  # a metric created just before a crash
+    (pdir / "ghost.indices").write_bytes(b"\0" * 8)
+    (pdir / "notes.txt").write_text("mine")
+    w.finish(zip=False)
+    assert not (pdir / "ghost.f32").exists() and not (pdir / "ghost.indices").exists()
+    assert (pdir / "notes.txt").read_text() == "mine"
+    assert (pdir / "a.f32").exists()

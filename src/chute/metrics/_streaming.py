@@ -78,6 +78,7 @@ class StreamingWriter(ABC):
         self._check_open()
         overrides = check_overrides(config_overrides)
         self._drain(final=True)
+        self._store.remove_orphans()
         if optimize:
             self._store.optimize()
         else:
