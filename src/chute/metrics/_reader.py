@@ -166,7 +166,7 @@ class Reader:
             pick = np.unique(np.linspace(0, len(probes) - 1, min(nprobes, len(probes))).astype(int))
             for i in pick:
                 name = probes[int(i)]
-                best = max(best, self._col_extent(name, m[name]["dtype"], m[name])[0])
+                best = max(best, self._col_count(name, m[name]["dtype"], m[name])[0])
         return best
 
     # -- reads ---------------------------------------------------------------------------------
