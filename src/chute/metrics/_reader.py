@@ -459,7 +459,10 @@ class Reader:
 
 
 class _Stale(RuntimeError):
-    """The cached manifest no longer matches the files (a live writer changed a dtype)."""
+    """The cached manifest no longer matches the files (a live writer changed a layout)."""
+
+    def __init__(self) -> None:
+        super().__init__("the run kept changing under the read; try again")
 
 
 def _same(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
