@@ -64,8 +64,8 @@ def test_auto_dtypes_and_roundtrip(tmp_path, make):
         (-5, np.uint32(7), "i64"),
     ],
 )
-def test_widening(tmp_path, first, second, code):
-    w = DirectWriter(tmp_path)
+def test_widening(tmp_path, make, first, second, code):
+    w = make(tmp_path)
     w.write(x=first)
     w.end_step()
     w.write(x=second)
@@ -356,3 +356,17 @@ def test_finish_removes_orphan_columns_and_keeps_unrelated_files(tmp_path):
     assert not (pdir / "ghost.f32").exists() and not (pdir / "ghost.indices").exists()
     assert (pdir / "notes.txt").read_text() == "mine"
     assert (pdir / "a.f32").exists()
+
+
+def test_compacting_promotion_mid_run_with_background_batches(tmp_path):
+    w = CompactingWriter(tmp_path, hotsize=3)
+    for s in range(20):
+        w.write(x=np.float64(s + 0.1) if s == 11 else float(s), n=np.uint8(s) if s < 9 else s)
+        w.end_step()
+    w.close()
+    assert manifest(tmp_path)["x"]["dtype"] == "f64"
+    assert manifest(tmp_path)["n"]["dtype"] == "i64"
+    with Reader(tmp_path) as r:
+        x = r.metric("x")[1]
+        assert x.dtype == np.float64 and x[11] == 11.1 and x[19] == 19.0
+        assert r.metric("n")[1].tolist() == list(range(20))
