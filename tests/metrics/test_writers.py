@@ -370,3 +370,26 @@ def test_compacting_promotion_mid_run_with_background_batches(tmp_path):
         x = r.metric("x")[1]
         assert x.dtype == np.float64 and x[11] == 11.1 and x[19] == 19.0
         assert r.metric("n")[1].tolist() == list(range(20))
+
+
+@pytest.mark.parametrize("kind", ["direct", "compacting"])
+def test_resume_with_default_config_keeps_the_runs_config(tmp_path, kind):
+    make = WRITERS[kind]
+    w = make(tmp_path, config={"lr": 0.1})
+    w.write(a=1)
+    w.end_step()
+    w.finish()
+    w = make(tmp_path, step=1, allow_resume_finalized=True)  # config="config.json", absent
+    w.write(a=2)
+    w.end_step()
+    w.finish()
+    with Reader(tmp_path) as r:
+        assert r.config() == {"lr": 0.1}
+    (tmp_path / "gone.json").write_text("{}")
+    w = make(tmp_path, step=2, config="gone.json", allow_resume_finalized=True)
+    (tmp_path / "gone.json").unlink()  # the link now dangles
+    w.close()
+    w = make(tmp_path, step=2)
+    w.close()
+    with Reader(tmp_path) as r:
+        assert r.config() == {}
