@@ -34,6 +34,14 @@ def assert_readers_agree(path, kind=None) -> None:
                 a, b = ours.metric(name, idx=-1), theirs.metric(name, idx=-1)
                 assert a[0] == b[0] and (a[1] == b[1] or a[1] != a[1]), (name, a, b)
                 mid = theirs.rows(name) // 2
-                s1, v1 = ours.metric(name, istart=mid)
-                s2, v2 = theirs.metric(name, istart=mid)
-                assert same(s1, s2) and same(v1, v2), name
+                steps = theirs.metric_indices(name)
+                selections = [{"istart": mid}, {"istart": -3, "istop": -1},
+                              {"start": int(steps[mid]), "stop": int(steps[-1]) - 1}]
+                if theirs.manifest().get(name, {}).get("dtype", "jsonl") != "jsonl":
+                    lo = theirs.metric(name, idx=mid, dtype="storage")[1]
+                    selections.append({"vstart": lo})
+                    selections.append({"vstop": lo})
+                for sel in selections:
+                    s1, v1 = ours.metric(name, **sel)
+                    s2, v2 = theirs.metric(name, **sel)
+                    assert same(s1, s2) and same(v1, v2), (name, sel)

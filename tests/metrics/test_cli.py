@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -172,3 +173,14 @@ def test_plot_writes_png(tmp_path):
     assert main(["plot", str(tmp_path / "run"), "loss", "-o", str(out2), "--x", "walltime"]) == 0
     assert out2.stat().st_size > 10_000
     assert main(["plot", str(tmp_path / "run"), "nope", "-o", str(tmp_path / "x.png")]) == 1
+
+
+def test_top_level_chute_command_delegates(tmp_path):
+    w = cm.DirectWriter(tmp_path)
+    w.write(a=2.5)
+    w.end_step()
+    w.close()
+    exe = os.path.join(os.path.dirname(sys.executable), "chute")
+    res = subprocess.run([exe, "metrics", "ls", str(tmp_path)], capture_output=True, text=True,
+                         check=True)
+    assert res.stdout.splitlines()[1].split() == ["a", "1", "f32", "0", "2.5"]

@@ -178,3 +178,38 @@ def test_property_roundtrip_and_interop(tmp_path_factory, ops):
         assert list(zip(steps.tolist(), vals.tolist(), strict=True)) == expect
         assert p.metric("x")[0].tolist() == steps.tolist()
         assert p.metric("x")[1].tolist() == r.metric("x")[1].tolist()
+
+
+def test_deflated_archive_from_elsewhere_reads(tmp_path):
+    import zipfile
+
+    w = cm.DirectWriter(tmp_path / "a")
+    for s in range(10):
+        w.write(x=float(s), j={"s": s})
+        w.end_step()
+    w.finish()
+    src = tmp_path / "a" / "metrics.plattli"
+    dst = tmp_path / "b" / "metrics.plattli"
+    dst.parent.mkdir()
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for name in zin.namelist():
+            zout.writestr(name, zin.read(name))
+    with cm.Reader(tmp_path / "b") as r:
+        assert r.metric("x")[1].tolist() == [float(s) for s in range(10)]
+        assert r.metric("x", idx=-1) == (9, 9.0)
+        assert r.metric("j", istart=-1)[1].tolist() == [{"s": 9}]
+
+
+def test_corrupt_manifest_is_a_clear_error_and_untouched(tmp_path):
+    w = cm.DirectWriter(tmp_path)
+    w.write(x=1.0)
+    w.end_step()
+    w.close()
+    manifest = tmp_path / "plattli" / "plattli.json"
+    manifest.write_bytes(b'{"x": {"indi')
+    with pytest.raises(ValueError, match="corrupt"):
+        cm.Reader(tmp_path).metrics()
+    with pytest.raises(ValueError, match="corrupt"):
+        cm.DirectWriter(tmp_path, step=1)
+    assert manifest.read_bytes() == b'{"x": {"indi'
+    assert (tmp_path / "plattli" / "x.f32").stat().st_size == 4

@@ -69,8 +69,8 @@ def test_auto_dtypes_and_roundtrip(tmp_path, make):
         (-5, np.uint32(7), "i64"),
     ],
 )
-def test_widening(tmp_path, first, second, code):
-    w = DirectWriter(tmp_path)
+def test_widening(tmp_path, make, first, second, code):
+    w = make(tmp_path)
     w.write(x=first)
     w.end_step()
     w.write(x=second)
@@ -363,3 +363,54 @@ def test_context_manager_flushes_without_finishing(tmp_path):
     assert not (tmp_path / "metrics.plattli").exists()
     with Reader(tmp_path) as r:
         assert r.metric("a")[1].tolist() == [1.0, 2.0]
+
+
+def test_finish_removes_orphan_columns_and_keeps_unrelated_files(tmp_path):
+    w = DirectWriter(tmp_path)
+    w.write(a=1.0)
+    w.end_step()
+    pdir = tmp_path / "plattli"
+    (pdir / "ghost.f32").write_bytes(b"\0" * 8)  # a metric created just before a crash
+    (pdir / "ghost.indices").write_bytes(b"\0" * 8)
+    (pdir / "notes.txt").write_text("mine")
+    w.finish(zip=False)
+    assert not (pdir / "ghost.f32").exists() and not (pdir / "ghost.indices").exists()
+    assert (pdir / "notes.txt").read_text() == "mine"
+    assert (pdir / "a.f32").exists()
+
+
+def test_compacting_promotion_mid_run_with_background_batches(tmp_path):
+    w = CompactingWriter(tmp_path, hotsize=3)
+    for s in range(20):
+        w.write(x=np.float64(s + 0.1) if s == 11 else float(s), n=np.uint8(s) if s < 9 else s)
+        w.end_step()
+    w.close()
+    assert manifest(tmp_path)["x"]["dtype"] == "f64"
+    assert manifest(tmp_path)["n"]["dtype"] == "i64"
+    with Reader(tmp_path) as r:
+        x = r.metric("x")[1]
+        assert x.dtype == np.float64 and x[11] == 11.1 and x[19] == 19.0
+        assert r.metric("n")[1].tolist() == list(range(20))
+
+
+@pytest.mark.parametrize("kind", ["direct", "compacting"])
+def test_resume_with_default_config_keeps_the_runs_config(tmp_path, kind):
+    make = WRITERS[kind]
+    w = make(tmp_path, config={"lr": 0.1})
+    w.write(a=1)
+    w.end_step()
+    w.finish()
+    w = make(tmp_path, step=1, allow_resume_finalized=True)  # config="config.json", absent
+    w.write(a=2)
+    w.end_step()
+    w.finish()
+    with Reader(tmp_path) as r:
+        assert r.config() == {"lr": 0.1}
+    (tmp_path / "gone.json").write_text("{}")
+    w = make(tmp_path, step=2, config="gone.json", allow_resume_finalized=True)
+    (tmp_path / "gone.json").unlink()  # the link now dangles
+    w.close()
+    w = make(tmp_path, step=2)
+    w.close()
+    with Reader(tmp_path) as r:
+        assert r.config() == {}

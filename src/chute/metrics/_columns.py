@@ -339,6 +339,22 @@ class ColumnStore:
         for rel in obsolete:
             os.unlink(self._path(rel))
 
+    def remove_orphans(self) -> None:
+        """Delete value/index files of metrics the manifest does not list (a crash's leftovers).
+
+        Only files named like metric columns are touched; unrelated files stay.
+        """
+        suffixes = (*(f".{code}" for code in F.DTYPE_CODES), F.INDICES_SUFFIX)
+        for root, _dirs, files in os.walk(self.pdir):
+            for fn in files:
+                rel = os.path.relpath(os.path.join(root, fn), self.pdir).replace(os.sep, "/")
+                if rel in (F.HOT, F.HOT_COMPACTING):
+                    continue
+                for suffix in suffixes:
+                    if rel.endswith(suffix) and rel[: -len(suffix)] not in self.cols:
+                        os.unlink(os.path.join(root, fn))
+                        break
+
     def close_files(self) -> None:
         """Close every cached descriptor."""
         while self._fds:

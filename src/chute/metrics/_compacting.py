@@ -13,7 +13,8 @@ from ._dtypes import Value
 from ._hot import encode_row
 from ._streaming import StreamingWriter
 
-Row = tuple[int, list[tuple[str, Value]]]
+#: A completed step: (step, metric names, their values); rows of one loop share name tuples.
+Row = tuple[int, tuple[str, ...], tuple[Value, ...]]
 _BACKLOG_FACTOR = 10
 
 
@@ -74,13 +75,13 @@ class CompactingWriter(StreamingWriter):
         if self._row:
             if self._new:
                 self._register_new()
-            row = list(self._row.items())
+            row = (self._step, tuple(self._row), tuple(self._row.values()))
             self._row = {}
-            self._pending.append((self._step, row))
+            self._pending.append(row)
             if self._partial_flushed:
                 self._rewrite_hot()
             else:
-                os.write(self._hot(), encode_row(self._step, row))
+                os.write(self._hot(), encode_row(self._step, zip(row[1], row[2], strict=True)))
         self._partial_flushed = False
         self._step += 1
         self._maybe_compact()
@@ -97,10 +98,9 @@ class CompactingWriter(StreamingWriter):
             self._hot_fd = None
 
     def _rewrite_hot(self) -> None:
-        rows = self._pending
-        if self._row:
-            rows = [*rows, (self._step, list(self._row.items()))]
-        data = b"".join(encode_row(s, r) for s, r in rows)
+        data = b"".join(
+            encode_row(s, zip(names, vals, strict=True)) for s, names, vals in self._all_rows()
+        )
         self._close_hot()
         F.atomic_write(self._hot_path, data)
 
@@ -125,7 +125,7 @@ class CompactingWriter(StreamingWriter):
             self._close_hot()
             os.replace(self._hot_path, os.path.join(self._pdir, F.HOT_COMPACTING))
             batch, self._pending = self._pending, []
-            targets = {n: self._schema.metas[n].code for _s, r in batch for n, _v in r}
+            targets = self._targets(batch)
             self._inflight = threading.Thread(
                 target=self._compact_in_background, args=(batch, targets), name="chute-compact"
             )
@@ -138,13 +138,32 @@ class CompactingWriter(StreamingWriter):
         except BaseException as e:  # re-raised on the writer's thread
             self._bg_error = e
 
+    def _all_rows(self) -> list[Row]:
+        """Pending rows plus the current step's partial row, if any."""
+        if not self._row:
+            return self._pending
+        return [*self._pending, (self._step, tuple(self._row), tuple(self._row.values()))]
+
+    def _targets(self, batch: list[Row]) -> dict[str, str]:
+        """Storage codes of the batch's metrics now (they only ever widen later)."""
+        metas = self._schema.metas
+        return {n: metas[n].code for names in {r[1] for r in batch} for n in names}
+
     def _compact(self, batch: list[Row], targets: dict[str, str]) -> None:
+        """Append a batch to the columns; runs of rows with the same names transpose at once."""
         columns: dict[str, tuple[list[int], list[Value]]] = {}
-        for step, row in batch:
-            for name, val in row:
-                steps, vals = columns.setdefault(name, ([], []))
-                steps.append(step)
-                vals.append(val)
+        i = 0
+        while i < len(batch):
+            names, j = batch[i][1], i + 1
+            while j < len(batch) and batch[j][1] == names:
+                j += 1
+            run = batch[i:j]
+            steps = [r[0] for r in run]
+            for name, vals in zip(names, zip(*[r[2] for r in run], strict=True), strict=True):
+                col_steps, col_vals = columns.setdefault(name, ([], []))
+                col_steps.extend(steps)
+                col_vals.extend(vals)
+            i = j
         self._store.append_many([(n, s, v, targets[n]) for n, (s, v) in columns.items()])
 
     def _wait(self) -> None:
@@ -161,11 +180,8 @@ class CompactingWriter(StreamingWriter):
     def _drain(self, final: bool) -> None:
         self._wait()
         self._register_new()
-        batch = self._pending
-        if self._row:
-            batch = [*batch, (self._step, list(self._row.items()))]
-        targets = {n: self._schema.metas[n].code for _s, r in batch for n, _v in r}
-        self._compact(batch, targets)
+        batch = self._all_rows()
+        self._compact(batch, self._targets(batch))
         self._store.flush_manifest()
         self._pending, self._row, self._partial_flushed = [], {}, False
         self._close_hot()

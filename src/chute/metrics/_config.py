@@ -27,7 +27,11 @@ def freeze(config: ConfigArg) -> bytes | str | None:
 
 
 def apply(frozen: bytes | str | None, outdir: str, pdir: str) -> None:
-    """Write or link `pdir/config.json` as the writer's `config` argument asks."""
+    """Write or link `pdir/config.json` as the writer's `config` argument asks.
+
+    A path whose file does not exist leaves an existing config alone (a resumed run
+    keeps its dict config) and otherwise writes an empty one.
+    """
     dest = os.path.join(pdir, F.CONFIG)
     if frozen is None:
         if not os.path.lexists(dest):
@@ -38,8 +42,9 @@ def apply(frozen: bytes | str | None, outdir: str, pdir: str) -> None:
         return
     target = os.path.abspath(os.path.join(outdir, frozen))
     if not os.path.isfile(target):
-        replace(dest, b"{}")
-        return
+        if not os.path.isfile(dest):  # absent, or a link whose target is gone
+            replace(dest, b"{}")
+        return  # a resumed run keeps the config it has
     tmp = dest + F.TMP_SUFFIX
     if os.path.lexists(tmp):
         os.unlink(tmp)

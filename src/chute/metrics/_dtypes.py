@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import struct
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, NamedTuple
@@ -14,7 +13,6 @@ from ._format import JSONL, NUMERIC_DTYPES, code_of
 
 _I64_MAX = 2**63 - 1
 _U64_MAX = 2**64 - 1
-_F32_MAX = float(np.finfo(np.float32).max)
 #: struct format per numeric code, for packing one value without building an array.
 _STRUCT_CODES = {
     "f32": "f",
@@ -177,19 +175,13 @@ def resolve(cur: str | None, val: Value, lo: int = 0, hi: int = 0) -> str:
 
 def check_f32(v: float | int | None) -> None:
     """Reject a finite Python float that float32 storage would turn into infinity."""
-    assert isinstance(v, float)
-    if math.isfinite(v) and abs(v) > _F32_MAX and math.isinf(_PACK_F32.unpack(_pack_f32(v))[0]):
-        raise OverflowError(f"float {v} overflows float32 storage")
+    try:
+        _PACK_F32.pack(v)  # type: ignore[arg-type]
+    except OverflowError:
+        raise OverflowError(f"float {v} overflows float32 storage") from None
 
 
 _PACK_F32 = struct.Struct("<f")
-
-
-def _pack_f32(v: float) -> bytes:
-    try:
-        return _PACK_F32.pack(v)
-    except OverflowError:
-        return _PACK_F32.pack(math.inf)
 
 
 def fits(code: str, v: int) -> bool:

@@ -182,9 +182,12 @@ def steps_to_segments(steps: np.ndarray[Any, Any]) -> list[dict[str, int]] | Non
 
 def load_manifest(raw: bytes) -> dict[str, Any]:
     """Parse a manifest, rejecting anything that is not a JSON object."""
-    data = json.loads(raw)
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"{MANIFEST} is corrupt ({e}); nothing was changed") from None
     if not isinstance(data, dict):
-        raise ValueError("plattli.json is not a JSON object")
+        raise ValueError(f"{MANIFEST} is not a JSON object")
     return data
 
 

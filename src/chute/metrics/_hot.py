@@ -15,8 +15,11 @@ _KEYS: dict[str, str] = {}
 
 
 def _key(name: str) -> str:
+    """`"name":` as JSON, memoised: a run logs the same few names every step."""
     text = _KEYS.get(name)
     if text is None:
+        if len(_KEYS) > 100_000:
+            _KEYS.clear()
         text = _KEYS[name] = json.dumps(name) + ":"
     return text
 

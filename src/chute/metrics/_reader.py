@@ -86,6 +86,7 @@ class Reader:
         self._src = _open_source(self._path, kind)
         self._exclude_hot = exclude_hot or not self._src.live
         self._manifest: dict[str, Any] | None = None
+        self._manifest_raw = b""
         self._hot: dict[str, tuple[list[int], list[Any]]] | None = None
         self._jsonl: dict[str, tuple[int, list[Any]]] = {}
         self._segments: dict[tuple[str, int], np.ndarray[Any, Any]] = {}
@@ -113,8 +114,9 @@ class Reader:
     def _raw_manifest(self) -> dict[str, Any]:
         if self._manifest is None:
             self._hot_cols()  # hot rows are snapshotted before the manifest that may absorb them
-            data = self._src.read(F.MANIFEST)
+            data = self._src.read(F.MANIFEST) or b""
             self._manifest = F.load_manifest(data) if data else {}
+            self._manifest_raw = data
         return self._manifest
 
     def manifest(self) -> dict[str, dict[str, Any]]:
@@ -164,7 +166,7 @@ class Reader:
             pick = np.unique(np.linspace(0, len(probes) - 1, min(nprobes, len(probes))).astype(int))
             for i in pick:
                 name = probes[int(i)]
-                best = max(best, self._col_extent(name, m[name]["dtype"], m[name])[0])
+                best = max(best, self._col_count(name, m[name]["dtype"], m[name])[0])
         return best
 
     # -- reads ---------------------------------------------------------------------------------
@@ -243,14 +245,16 @@ class Reader:
                 if n != on:
                     read[n] = self._read(n, window)
         common = read[cols[0]][0]
-        for n in cols[1:]:
-            common = _intersect_sorted(common, read[n][0])
+        aligned = all(_same(common, read[n][0]) for n in cols[1:])  # same cadence: no join
+        if not aligned:
+            for n in cols[1:]:
+                common = _intersect_sorted(common, read[n][0])
         if on == "step" and sel.kind == "index":
-            common = common[slice(sel.lo, sel.hi)]
+            common, aligned = common[slice(sel.lo, sel.hi)], False
         out = {}
         for n in cols:
             s, v, code = read[n]
-            out[n] = (v if _same(s, common) else v[np.searchsorted(s, common)], code)
+            out[n] = (v if aligned else v[np.searchsorted(s, common)], code)
         return common.astype(F.INDEX_DTYPE, copy=False), out
 
     # -- internals ---------------------------------------------------------------------------
@@ -380,7 +384,10 @@ class Reader:
         """
         if entry is None or not self._src.live or _closed(entry.get("indices", "indices")):
             return
-        fresh = F.load_manifest(self._src.read(F.MANIFEST) or b"{}").get(name)
+        raw = self._src.read(F.MANIFEST) or b"{}"
+        if raw == self._manifest_raw:
+            return
+        fresh = F.load_manifest(raw).get(name)
         if not isinstance(fresh, dict) or fresh.get("indices") != entry.get("indices"):
             raise _Stale
 
@@ -452,7 +459,10 @@ class Reader:
 
 
 class _Stale(RuntimeError):
-    """The cached manifest no longer matches the files (a live writer changed a dtype)."""
+    """The cached manifest no longer matches the files (a live writer changed a layout)."""
+
+    def __init__(self) -> None:
+        super().__init__("the run kept changing under the read; try again")
 
 
 def _same(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
@@ -462,8 +472,8 @@ def _same(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
 
 
 def _intersect_sorted(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Steps in both sorted, duplicate-free step arrays (linear when cadences match)."""
-    if _same(a, b) or not len(a):
+    """Steps in both sorted, duplicate-free step arrays."""
+    if not len(a):
         return a
     if not len(b):
         return b

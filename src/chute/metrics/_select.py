@@ -16,6 +16,7 @@ _FAMILIES = {
     "istop": ("index", "hi"),
 }
 _I64 = np.iinfo(np.int64)
+_MAX_STEP = 2**32 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +52,21 @@ class Selection:
         if self.kind == "step":
             i0 = 0
             if self.lo is not None and self.lo > 0:
-                i0 = int(np.searchsorted(steps, self.lo, "left"))
-            if self.hi is None:
+                i0 = n if self.lo > _MAX_STEP else int(np.searchsorted(steps, _key(steps, self.lo)))
+            if self.hi is None or self.hi > _MAX_STEP:
                 return i0, n
             if self.hi < 0:
                 return i0, i0
-            return i0, max(i0, int(np.searchsorted(steps, self.hi, "right")))
+            return i0, max(i0, int(np.searchsorted(steps, _key(steps, self.hi), "right")))
         if self.kind == "index":
             i0, i1, _ = slice(self.lo, self.hi).indices(n)
             return i0, max(i0, i1)
         return 0, n
+
+
+def _key(steps: np.ndarray[Any, Any], bound: int) -> Any:
+    """`bound` in the steps' own dtype: a Python int would make NumPy copy them to int64."""
+    return steps.dtype.type(bound)
 
 
 def select(values: np.ndarray[Any, Any], sel: Selection, name: str) -> np.ndarray[Any, Any]:

@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Any
 
 from . import _config
+from . import _format as F
 from ._archive import unzip_run, zip_run
 from ._columns import ColumnStore
 from ._dtypes import Value
@@ -66,7 +67,7 @@ class StreamingWriter(ABC):
         frozen = _config.freeze(config)
         if not isinstance(frozen, bytes):
             raise TypeError("set_config() takes a dict")
-        _config.replace(os.path.join(self._pdir, "config.json"), frozen)
+        _config.replace(os.path.join(self._pdir, F.CONFIG), frozen)
 
     def finish(
         self,
@@ -78,6 +79,7 @@ class StreamingWriter(ABC):
         self._check_open()
         overrides = check_overrides(config_overrides)
         self._drain(final=True)
+        self._store.remove_orphans()
         if optimize:
             self._store.optimize()
         else:
