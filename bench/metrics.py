@@ -74,7 +74,9 @@ def bench_writers(tmp: str, steps: int, repeats: int) -> list[tuple[str, float, 
     kinds: dict[str, tuple[Callable[[Any], Callable[[str], object]], str]] = {
         "DirectWriter": (lambda lib: lambda p: lib.DirectWriter(p), "5x"),
         "CompactingWriter(hotsize=200)": (
-            lambda lib: lambda p: lib.CompactingWriter(p, hotsize=200), "2x"),
+            lambda lib: lambda p: lib.CompactingWriter(p, hotsize=200),
+            "2x",
+        ),
         "BulkWriter": (lambda lib: lambda p: lib.BulkWriter(p), "-"),
     }
     out = []
@@ -91,7 +93,8 @@ def bench_writers(tmp: str, steps: int, repeats: int) -> list[tuple[str, float, 
                 else:
                     t_new = min(t_new, t)
         out.append(
-            (f"write {steps:,} steps: {label} (steps/s)", steps / t_ref, steps / t_new, target))
+            (f"write {steps:,} steps: {label} (steps/s)", steps / t_ref, steps / t_new, target)
+        )
         print(out[-1], flush=True)
     return out
 
@@ -151,8 +154,12 @@ def bench_reader(tmp: str, rows: int, repeats: int) -> list[tuple[str, float, fl
             cases: list[tuple[str, Callable[[Any], object], Callable[..., float], str]] = [
                 (f"metric() {rows:,} rows, {where}", lambda r: r.metric("m0"), best_of, "-"),
                 (f"metric(idx=-1), {where}", lambda r: r.metric("m0", idx=-1), median_of, "-"),
-                (f"metric() 100-step slice, {where}",
-                 lambda r: r.metric("m0", start=rows // 2, stop=rows // 2 + 99), median_of, "-"),
+                (
+                    f"metric() 100-step slice, {where}",
+                    lambda r: r.metric("m0", start=rows // 2, stop=rows // 2 + 99),
+                    median_of,
+                    "-",
+                ),
                 (f"table() of 5 metrics, {where}", lambda r: r.table(names), best_of, "2x"),
             ]
             for label, op, timer, target in cases:
@@ -162,8 +169,14 @@ def bench_reader(tmp: str, rows: int, repeats: int) -> list[tuple[str, float, fl
                 out.append((label + " (ms)", t_ref * 1e3, t_new * 1e3, target))
                 print(out[-1], flush=True)
             t_metric = best_of(lambda new=new: new.metric("m0"), repeats)
-            out.append((f"metric() vs np.fromfile of the column, {where} (ms)",
-                        t_file * 1e3, t_metric * 1e3, "within 2x"))
+            out.append(
+                (
+                    f"metric() vs np.fromfile of the column, {where} (ms)",
+                    t_file * 1e3,
+                    t_metric * 1e3,
+                    "within 2x",
+                )
+            )
     return out
 
 
@@ -187,7 +200,8 @@ def make_jsonl(root: str, lines: int) -> str:
 def bench_convert(tmp: str, lines: int, repeats: int) -> list[tuple[str, float, float, str]]:
     logs = make_jsonl(tmp, lines)
     ref_cli = shutil.which("jsonl2plattli") or os.path.join(
-        os.path.dirname(sys.executable), "jsonl2plattli")
+        os.path.dirname(sys.executable), "jsonl2plattli"
+    )
 
     def run(cmd: list[str], out: str) -> None:
         if os.path.exists(out):

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "store"
 RESULTS = ROOT / "results"
 MiB = 1 << 20
+WRITE_ROUNDS = 2
 
 
 def structured(n: int, seed: int = 0) -> np.ndarray:
@@ -177,13 +178,19 @@ def run_workload(
     singles = [np.array([i]) for i in rng.integers(0, len(a), 2000).tolist()]
     rows: dict[str, dict[str, object]] = {}
     readers = {}
+    write_s = {c.name: float("inf") for c in contenders}
+    for k in range(WRITE_ROUNDS):  # rotate writes too; one round is enough for slow writers
+        for c in contenders:
+            if k and write_s[c.name] > 15.0:
+                continue
+            path = DATA / f"{label}-{c.name}{c.suffix}"
+            if path.exists():
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            t0 = time.perf_counter()
+            c.write(path, a)
+            write_s[c.name] = min(write_s[c.name], time.perf_counter() - t0)
     for c in contenders:
         path = DATA / f"{label}-{c.name}{c.suffix}"
-        if path.exists():
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-        t0 = time.perf_counter()
-        c.write(path, a)
-        write_s = time.perf_counter() - t0
         read = c.open(path, a[:1])
         got = read(plan[0]).reshape(batch, -1)
         assert np.array_equal(got, a[plan[0]].reshape(batch, -1)), c.name
@@ -192,7 +199,7 @@ def run_workload(
         readers[c.name] = read
         rows[c.name] = {
             "name": c.name,
-            "write": a.nbytes / MiB / write_s,
+            "write": a.nbytes / MiB / write_s[c.name],
             "disk": disk_bytes(path),
             "ratio": a.nbytes / max(disk_bytes(path), 1),
             "gather_s": float("inf"),
