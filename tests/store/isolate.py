@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 
 OK, WRONG_DATA, UNEXPECTED = 0, 3, 4
@@ -20,7 +21,10 @@ def run_isolated(fn: Callable[[], int], timeout: float = 20.0) -> int:
     """
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # The child runs only chute's own code, whose thread pool restarts after a fork.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:
         faulthandler.disable()  # a deliberate crash needs no dump of every thread
         code = UNEXPECTED

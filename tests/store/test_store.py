@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -210,7 +211,9 @@ def test_one_writer_at_a_time(store_path: Path) -> None:
         s.append([b"a"])
         with pytest.raises(StoreLockedError):
             RecordStore(store_path, mode="a")
-        pid = os.fork()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # a fork with the pool running
+            pid = os.fork()
         if pid == 0:  # another process
             try:
                 RecordStore(store_path, mode="a")
