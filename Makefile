@@ -24,9 +24,11 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[test,bench]'
-	$(BIN)/python bench/store.py
+	$(BIN)/python bench/store.py --plot
 	$(BIN)/python bench/sampler.py --plot
 	$(BIN)/python bench/loader.py --plot
+	$(BIN)/python bench/metrics.py --plot bench/results/metrics.png
+	$(BIN)/python bench/insitu.py --s3 --plot
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info src/chute/_native/*.so
