@@ -2,7 +2,8 @@
 
 A pass walks its slabs in first-use order, admitting each into the pool (a hit just pins
 it), reads the stored chunks of the misses under the shared budget, and assembles batches
-in order as their slabs arrive.
+in order as their slabs arrive. Batches are gathered on a thread of their own, so a batch
+whose slabs are ready never queues behind the reads of later windows.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
+from ._buffers import BatchBuffers
 from ._decode import DirectReader
 from ._geometry import ArrayGeometry
 from ._plan import SlabUse
@@ -29,7 +31,6 @@ from ._pool import ChunkPool, Slab
 from ._transforms import Batch, BatchTransform, ChunkTransform
 
 END = object()  # end-of-pass marker on the batch queue
-_ROW_COPY_BYTES = 16 << 10  # samples at least this big are gathered row by row
 
 
 class BadChunkError(RuntimeError):
@@ -86,6 +87,7 @@ class Engine:
         *,
         max_inflight: int,
         decode_threads: int,
+        batches_held: int,
         chunk_transforms: Sequence[ChunkTransform],
         batch_transforms: Sequence[BatchTransform],
         on_bad_chunk: Literal["raise", "skip"],
@@ -100,6 +102,8 @@ class Engine:
         self.bad_chunks: list[str] = []
         self.times = StageTimes()
         self._executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="chute-insitu")
+        self._gatherer = ThreadPoolExecutor(1, thread_name_prefix="chute-insitu-gather")
+        self._outputs = BatchBuffers(batches_held * len(geometries))
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(self._executor)
         self._thread = threading.Thread(
@@ -153,6 +157,7 @@ class Engine:
             self._thread.join()
         self.loop.close()
         self._executor.shutdown(wait=True)
+        self._gatherer.shutdown(wait=True)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -305,7 +310,7 @@ class Engine:
                 for slab in needed:
                     await slab.ready
                 batch = await asyncio.get_running_loop().run_in_executor(
-                    None, self._assemble, idx, progress.slabs
+                    self._gatherer, self._assemble, idx, progress.slabs
                 )
                 for slab in needed:
                     if slab.planned is not None and slab.planned <= b:
@@ -386,7 +391,7 @@ class Engine:
             offs = idx - ids * g.sample_chunk_size
             first = slabs[(n, int(ids[0]))].data if len(ids) else None
             dtype = first.dtype if first is not None else np.dtype(g.dtype)
-            out = np.empty((len(idx), *g.sample_shape), dtype=dtype)
+            out = self._outputs.empty((len(idx), *g.sample_shape), dtype)
             bounds = np.flatnonzero(np.diff(ids)) + 1
             for lo, hi in zip(
                 np.concatenate([[0], bounds]), np.concatenate([bounds, [len(ids)]]), strict=True
@@ -395,11 +400,8 @@ class Engine:
                     continue
                 data = slabs[(n, int(ids[lo]))].data
                 assert data is not None
-                if g.sample_nbytes >= _ROW_COPY_BYTES:  # big rows: one memcpy each is fastest
-                    for k in range(lo, hi):
-                        out[k] = data[offs[k]]
-                else:
-                    np.take(data, offs[lo:hi], axis=0, out=out[lo:hi], mode="clip")
+                # one call per slab: numpy copies the rows without holding the GIL
+                np.take(data, offs[lo:hi], axis=0, out=out[lo:hi], mode="clip")
             batch[n] = out
         batch["sample_indices"] = idx
         for t in self.batch_transforms:
