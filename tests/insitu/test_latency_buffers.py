@@ -154,3 +154,17 @@ def test_values_are_right_across_epochs_with_recycled_arrays(archive: Path) -> N
             for b in ds.all:
                 np.testing.assert_array_equal(b["x"], x_values(b["sample_indices"]))
     assert total == 3 * len(m.sample_indices("train")) and N > 0
+
+
+def test_threads_start_with_the_dataset_and_stop_with_it(archive: Path) -> None:
+    def engine_threads() -> list[str]:
+        return sorted(t.name for t in threading.enumerate() if t.name.startswith("chute-insitu"))
+
+    before = engine_threads()
+    geoms = open_geometries(archive, ["x"])
+    with InSituDataset(archive, split_by_chunk(geoms["x"]), geoms, decode_threads=3) as ds:
+        started = engine_threads()
+        assert len(started) - len(before) == 3 + 1 + 1  # decode, gather, event loop
+        assert sum(len(b["x"]) for b in ds.val) == len(ds.manifest.sample_indices("val"))
+        assert engine_threads() == started  # a pass starts no more
+    assert engine_threads() == before

@@ -24,7 +24,7 @@ import zarr
 from zarr.abc.store import Store
 
 from ._buffers import BatchBuffers
-from ._decode import DirectReader
+from ._decode import DirectReader, reserve_read_buffer
 from ._geometry import ArrayGeometry
 from ._plan import SlabUse
 from ._pool import ChunkPool, Slab
@@ -115,6 +115,7 @@ class Engine:
         self._direct: dict[str, DirectReader | None] = {}
         try:
             self.arrays: dict[str, Any] = self.call(self._open(store))
+            self._start_threads()
         except BaseException:
             self.close()
             raise
@@ -133,6 +134,26 @@ class Engine:
             name: DirectReader.for_array(arr, self._decoded) for name, arr in arrays.items()
         }
         return arrays
+
+    def _start_threads(self) -> None:
+        """Start every decode thread with its read buffer, and the gather thread, now:
+        a pass should not wait for them (fresh memory is slow to fault in on a VM)."""
+        sizes = [r.nbytes for r in self._direct.values() if r is not None and r.reads_files]
+        read_bytes = max(sizes, default=0)
+        started = threading.Barrier(self.decode_threads + 1)
+
+        def start() -> None:
+            reserve_read_buffer(read_bytes)
+            started.wait()
+
+        try:  # each job holds its thread until all have started, so each gets its own
+            for _ in range(self.decode_threads):
+                self._executor.submit(start)
+            started.wait()
+        except BaseException:
+            started.abort()
+            raise
+        self._gatherer.submit(int).result()
 
     @property
     def closed(self) -> bool:
