@@ -48,9 +48,8 @@ class GateStore(WrapperStore[Store]):
 
 
 def even_archive(path: Path, n: int = 96, chunk: int = 4) -> Path:
-    zarr.create_array(str(path), shape=(n, 3), chunks=(chunk, 3), dtype="i8")[:] = (
-        np.arange(n)[:, None] * 10 + np.arange(3)
-    )
+    values = np.arange(n)[:, None] * 10 + np.arange(3)
+    zarr.create_array(str(path), shape=(n, 3), chunks=(chunk, 3), dtype="i8")[:] = values
     return path
 
 

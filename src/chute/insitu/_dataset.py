@@ -435,10 +435,11 @@ class InSituDataset:
 
 
 def _default_block_chunks(cores: int, max_inflight: int, batch_size: int, chunk: int) -> int:
-    """The shuffle window, in chunks: four per core, so the first batch (which needs the
-    whole first window decoded) costs about four chunk decodes on any machine; at least
-    half the read budget, so the reads of the next window keep ``max_inflight`` busy; and
-    at least two batches, so a batch draws from a window's worth of chunks."""
+    """The shuffle window, in chunks: four per core, so the pool (about two windows) grows
+    with the machine that decodes it; at least half the read budget, so the reads of the
+    next window keep ``max_inflight`` busy; and at least two batches, so a batch draws from
+    a window's worth of chunks. The first batch waits only for its own chunks (see
+    ``sample_order``), whatever the window."""
     return max(4 * cores, math.ceil(max_inflight / 2), 2 * math.ceil(batch_size / chunk))
 
 
