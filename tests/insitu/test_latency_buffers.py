@@ -156,14 +156,14 @@ def test_values_are_right_across_epochs_with_recycled_arrays(archive: Path) -> N
 
 
 def test_threads_start_with_the_dataset_and_stop_with_it(archive: Path) -> None:
-    def engine_threads() -> list[str]:
-        return sorted(t.name for t in threading.enumerate() if t.name.startswith("chute-insitu"))
-
-    before = engine_threads()
+    before = set(threading.enumerate())
     geoms = open_geometries(archive, ["x"])
     with InSituDataset(archive, split_by_chunk(geoms["x"]), geoms, decode_threads=3) as ds:
-        started = engine_threads()
-        assert len(started) - len(before) == 3 + 1 + 1  # decode, gather, event loop
+        started = {t for t in threading.enumerate() if t.name.startswith("chute-insitu")}
+        started -= before
+        names = sorted(t.name.rstrip("0123456789") for t in started)
+        assert names == ["chute-insitu-gather_", "chute-insitu-loop", *["chute-insitu_"] * 3]
         assert sum(len(b["x"]) for b in ds.val) == len(ds.manifest.sample_indices("val"))
-        assert engine_threads() == started  # a pass starts no more
-    assert engine_threads() == before
+        now = {t for t in threading.enumerate() if t.name.startswith("chute-insitu")}
+        assert now - before == started  # a pass starts no threads of its own
+    assert not any(t.is_alive() for t in started)
