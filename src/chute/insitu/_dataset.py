@@ -27,6 +27,8 @@ from ._transforms import Batch, BatchTransform, ChunkTransform
 ViewName = Literal["train", "val", "test", "all"]
 VIEWS: tuple[ViewName, ...] = ("train", "val", "test", "all")
 REMOTE_INFLIGHT_BYTES = 64 << 20  # bytes in flight that hide object-store latency
+_BATCHES_HELD = 3  # beyond the queue: one being gathered, one in the pass, one consumed
+_ORDER = 2  # revision of the epoch order: states saved under another one do not resume
 
 
 def _cores() -> int:
@@ -170,6 +172,7 @@ class InSituDataset:
             self.pool,
             max_inflight=self.config.max_inflight,
             decode_threads=self.config.decode_threads,
+            batches_held=_BATCHES_HELD + self.config.prefetch_depth,
             chunk_transforms=chunk_transforms,
             batch_transforms=batch_transforms,
             on_bad_chunk=on_bad_chunk,
@@ -225,14 +228,15 @@ class InSituDataset:
         """Resume: the next pass over each view continues after its consumed batches.
 
         Refuses a state from a dataset whose order would differ (other manifest, seed,
-        batch size, window or shard).
+        batch size, window or shard, or a chute version that orders epochs differently).
         """
         if state.get("version") != 1:
             raise ValueError(f"unknown state version {state.get('version')!r}")
         if state.get("fingerprint") != self._fingerprint():
             raise ValueError(
                 "state was saved by a dataset with another manifest, seed, batch_size, "
-                "block_chunks or shard; its batch order would not match"
+                "block_chunks or shard (or by a chute with another epoch order); its batch "
+                "order would not match"
             )
         self.set_epoch(int(state["epoch"]))
         for name, pos in state["positions"].items():
@@ -243,7 +247,8 @@ class InSituDataset:
     def _fingerprint(self) -> str:
         c = self.config
         text = json.dumps(
-            [self.manifest.to_dict(), c.seed, c.batch_size, c.block_chunks, c.shard], sort_keys=True
+            [self.manifest.to_dict(), c.seed, c.batch_size, c.block_chunks, c.shard, _ORDER],
+            sort_keys=True,
         )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -254,7 +259,8 @@ class InSituDataset:
         plan = self._plans.get(key)
         if plan is None:
             c, m = self.config, self.manifest
-            spec = OrderSpec(view == "train", c.seed, self._epoch, c.block_chunks, c.shard)
+            lead = math.ceil(c.batch_size / m.sample_chunk_size)
+            spec = OrderSpec(view == "train", c.seed, self._epoch, c.block_chunks, c.shard, lead)
             order = sample_order(m.chunk_ids(view), m.sample_chunk_size, m.n_samples, spec)
             plan = PassPlan(order=order, batch_size=c.batch_size, uses=self._uses(order, 0))
             self._plans = {k: p for k, p in self._plans.items() if k[1] == self._epoch}
@@ -362,7 +368,7 @@ class InSituDataset:
         memory = {
             "pool_budget_bytes": c.cache_budget_bytes,
             "working_set_bytes": self._working_set("train", lookahead=False),
-            "queue_bytes": (c.prefetch_depth + 1) * batch_bytes,
+            "queue_bytes": (c.prefetch_depth + _BATCHES_HELD) * batch_bytes,
             "decode_scratch_bytes": c.decode_threads * 2 * stored,
         }
         memory["total_bytes"] = sum(memory.values()) - memory["working_set_bytes"]
@@ -429,10 +435,11 @@ class InSituDataset:
 
 
 def _default_block_chunks(cores: int, max_inflight: int, batch_size: int, chunk: int) -> int:
-    """The shuffle window, in chunks: four per core, so the first batch (which needs the
-    whole first window decoded) costs about four chunk decodes on any machine; at least
-    half the read budget, so the reads of the next window keep ``max_inflight`` busy; and
-    at least two batches, so a batch draws from a window's worth of chunks."""
+    """The shuffle window, in chunks: four per core, so the pool (about two windows) grows
+    with the machine that decodes it; at least half the read budget, so the reads of the
+    next window keep ``max_inflight`` busy; and at least two batches, so a batch draws from
+    a window's worth of chunks. The first batch waits only for its own chunks (see
+    ``sample_order``), whatever the window."""
     return max(4 * cores, math.ceil(max_inflight / 2), 2 * math.ceil(batch_size / chunk))
 
 

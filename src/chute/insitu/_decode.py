@@ -27,6 +27,15 @@ from ._store import CountingStore
 _scratch = threading.local()
 
 
+def reserve_read_buffer(nbytes: int) -> bytearray:
+    """This thread's reusable read buffer, grown to at least ``nbytes`` (zero-filled, so
+    its pages are mapped now rather than during a read)."""
+    buf: bytearray | None = getattr(_scratch, "buf", None)
+    if buf is None or len(buf) < nbytes:
+        buf = _scratch.buf = bytearray(nbytes)
+    return buf
+
+
 def _read_file(path: str) -> memoryview | None:
     """The whole file at ``path`` in this thread's reusable buffer; ``None`` if missing."""
     try:
@@ -35,10 +44,7 @@ def _read_file(path: str) -> memoryview | None:
         return None
     try:
         size = os.fstat(fd).st_size
-        buf: bytearray | None = getattr(_scratch, "buf", None)
-        if buf is None or len(buf) < size:
-            buf = _scratch.buf = bytearray(size)
-        view = memoryview(buf)[:size]
+        view = memoryview(reserve_read_buffer(size))[:size]
         got = 0
         while got < size:
             n = os.readv(fd, [view[got:]])
@@ -71,6 +77,11 @@ class DirectReader:
         self.chunk_shape = tuple(int(c) for c in array.chunks)
         self.dtype = np.dtype(array.dtype)
         self.nbytes = int(np.prod(self.chunk_shape)) * self.dtype.itemsize
+
+    @property
+    def reads_files(self) -> bool:
+        """Whether chunks are read from local files into a per-thread read buffer."""
+        return self._root is not None
 
     @classmethod
     def for_array(cls, array: Any, on_decode: Callable[[float], None]) -> DirectReader | None:

@@ -21,6 +21,7 @@ class OrderSpec:
     epoch: int
     block_chunks: int
     shard: tuple[int, int] | None = None
+    lead_chunks: int = 0  # chunks of the first window that the first batch draws from
 
 
 def sample_order(
@@ -29,7 +30,9 @@ def sample_order(
     """Sample indices of one pass, in the order they are yielded.
 
     Shuffled passes permute the chunks per ``(seed, epoch)`` and shuffle samples within
-    each window of ``block_chunks`` consecutive chunks. With ``shard=(index, count)`` each
+    each window of ``block_chunks`` consecutive chunks. The first window is shuffled in
+    two parts, its first ``lead_chunks`` chunks ahead of the rest, so the first batch
+    waits for those chunks only, not for the whole window. With ``shard=(index, count)`` each
     rank takes every ``count``-th chunk of that permutation (disjoint chunk sets) and
     every rank's pass is cut to the shortest rank's length (equal batch counts).
     """
@@ -46,8 +49,11 @@ def sample_order(
     order = chunk_samples(chunks, chunk_size, n_samples)
     if spec.shuffle and len(order):
         lengths = np.clip(n_samples - chunks * chunk_size, 0, chunk_size)
-        window = np.repeat(np.arange(len(chunks)) // spec.block_chunks, lengths)
-        order = order[np.lexsort((rng.random(len(order)), window))]
+        position = np.arange(len(chunks))
+        window = position // spec.block_chunks
+        # two groups per window (the first window's lead chunks, the rest); order kept
+        group = 2 * window + ((window == 0) & (position >= spec.lead_chunks))
+        order = order[np.lexsort((rng.random(len(order)), np.repeat(group, lengths)))]
     return order if keep is None else order[:keep]
 
 

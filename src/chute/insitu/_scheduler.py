@@ -2,7 +2,8 @@
 
 A pass walks its slabs in first-use order, admitting each into the pool (a hit just pins
 it), reads the stored chunks of the misses under the shared budget, and assembles batches
-in order as their slabs arrive.
+in order as their slabs arrive. Batches are gathered on a thread of their own, so a batch
+whose slabs are ready never queues behind the reads of later windows.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
-from ._decode import DirectReader
+from ._buffers import BatchBuffers
+from ._decode import DirectReader, reserve_read_buffer
 from ._geometry import ArrayGeometry
 from ._plan import SlabUse
 from ._pool import ChunkPool, Slab
 from ._transforms import Batch, BatchTransform, ChunkTransform
 
 END = object()  # end-of-pass marker on the batch queue
-_ROW_COPY_BYTES = 16 << 10  # samples at least this big are gathered row by row
 
 
 class BadChunkError(RuntimeError):
@@ -86,6 +87,7 @@ class Engine:
         *,
         max_inflight: int,
         decode_threads: int,
+        batches_held: int,
         chunk_transforms: Sequence[ChunkTransform],
         batch_transforms: Sequence[BatchTransform],
         on_bad_chunk: Literal["raise", "skip"],
@@ -100,6 +102,8 @@ class Engine:
         self.bad_chunks: list[str] = []
         self.times = StageTimes()
         self._executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="chute-insitu")
+        self._gatherer = ThreadPoolExecutor(1, thread_name_prefix="chute-insitu-gather")
+        self._outputs = BatchBuffers(batches_held * len(geometries))
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(self._executor)
         self._thread = threading.Thread(
@@ -111,6 +115,7 @@ class Engine:
         self._direct: dict[str, DirectReader | None] = {}
         try:
             self.arrays: dict[str, Any] = self.call(self._open(store))
+            self._start_threads()
         except BaseException:
             self.close()
             raise
@@ -129,6 +134,26 @@ class Engine:
             name: DirectReader.for_array(arr, self._decoded) for name, arr in arrays.items()
         }
         return arrays
+
+    def _start_threads(self) -> None:
+        """Start every decode thread with its read buffer, and the gather thread, now:
+        a pass should not wait for them (fresh memory is slow to fault in on a VM)."""
+        sizes = [r.nbytes for r in self._direct.values() if r is not None and r.reads_files]
+        read_bytes = max(sizes, default=0)
+        started = threading.Barrier(self.decode_threads + 1)
+
+        def start() -> None:
+            reserve_read_buffer(read_bytes)
+            started.wait()
+
+        try:  # each job holds its thread until all have started, so each gets its own
+            for _ in range(self.decode_threads):
+                self._executor.submit(start)
+            started.wait()
+        except BaseException:
+            started.abort()
+            raise
+        self._gatherer.submit(int).result()
 
     @property
     def closed(self) -> bool:
@@ -153,6 +178,7 @@ class Engine:
             self._thread.join()
         self.loop.close()
         self._executor.shutdown(wait=True)
+        self._gatherer.shutdown(wait=True)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -305,7 +331,7 @@ class Engine:
                 for slab in needed:
                     await slab.ready
                 batch = await asyncio.get_running_loop().run_in_executor(
-                    None, self._assemble, idx, progress.slabs
+                    self._gatherer, self._assemble, idx, progress.slabs
                 )
                 for slab in needed:
                     if slab.planned is not None and slab.planned <= b:
@@ -386,7 +412,7 @@ class Engine:
             offs = idx - ids * g.sample_chunk_size
             first = slabs[(n, int(ids[0]))].data if len(ids) else None
             dtype = first.dtype if first is not None else np.dtype(g.dtype)
-            out = np.empty((len(idx), *g.sample_shape), dtype=dtype)
+            out = self._outputs.empty((len(idx), *g.sample_shape), dtype)
             bounds = np.flatnonzero(np.diff(ids)) + 1
             for lo, hi in zip(
                 np.concatenate([[0], bounds]), np.concatenate([bounds, [len(ids)]]), strict=True
@@ -395,11 +421,8 @@ class Engine:
                     continue
                 data = slabs[(n, int(ids[lo]))].data
                 assert data is not None
-                if g.sample_nbytes >= _ROW_COPY_BYTES:  # big rows: one memcpy each is fastest
-                    for k in range(lo, hi):
-                        out[k] = data[offs[k]]
-                else:
-                    np.take(data, offs[lo:hi], axis=0, out=out[lo:hi], mode="clip")
+                # one call per slab: numpy copies the rows without holding the GIL
+                np.take(data, offs[lo:hi], axis=0, out=out[lo:hi], mode="clip")
             batch[n] = out
         batch["sample_indices"] = idx
         for t in self.batch_transforms:
