@@ -183,7 +183,7 @@ void chute_gather(gather_args *a) {
         return;
     }
     gather_job job = {.a = a, .errs = errs, .unchecked = unchecked};
-    chute_parallel(a->n, min_block, max_shards, gather_shard, &job);
+    chute_parallel(a->n, min_block, max_shards, a->max_threads, gather_shard, &job);
     for (size_t s = 0; s < ns; s++) {
         a->unchecked += unchecked[s];
         if (errs[s].code != GE_OK && (a->err.code == GE_OK || errs[s].pos < a->err.pos))
@@ -275,7 +275,7 @@ void chute_compress(compress_args *a) {
         pos += slot_capacity(a->src_len[i], a->codec);
     }
     compress_job job = {.a = a, .slot = slot, .nomem = nomem};
-    chute_parallel(a->n, 4, max_shards, compress_shard, &job);
+    chute_parallel(a->n, 4, max_shards, a->max_threads, compress_shard, &job);
     for (size_t s = 0; s < ns; s++) a->nomem |= nomem[s];
     /* Pack the records densely; each moves down (or stays), so memmove in order is safe. */
     size_t w = 0;

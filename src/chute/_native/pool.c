@@ -13,8 +13,9 @@ typedef struct {
     void *ctx;
     size_t n, nshards;
     atomic_size_t next; /* next shard to claim */
-    size_t done;   /* shards finished (under state_lock) */
-    size_t active; /* workers holding a pointer to this job (under state_lock) */
+    size_t done;    /* shards finished (under state_lock) */
+    size_t active;  /* workers holding a pointer to this job (under state_lock) */
+    size_t helpers; /* workers that may join: max_threads - 1 */
 } job_t;
 
 static pthread_mutex_t submit_lock = PTHREAD_MUTEX_INITIALIZER; /* one job in the pool at a time */
@@ -54,7 +55,7 @@ static void *worker_main(void *arg) {
         while (generation == seen) pthread_cond_wait(&work_cv, &state_lock);
         seen = generation;
         job_t *job = current;
-        if (!job) continue;
+        if (!job || job->active >= job->helpers) continue;
         job->active++;
         pthread_mutex_unlock(&state_lock);
         size_t ran = run_shards(job);
@@ -108,13 +109,14 @@ size_t chute_shard_count(size_t n, size_t min_block, size_t max_shards) {
     return s < max_shards ? s : max_shards;
 }
 
-size_t chute_parallel(size_t n, size_t min_block, size_t max_shards, chute_shard_fn fn,
-                      void *ctx) {
+size_t chute_parallel(size_t n, size_t min_block, size_t max_shards, size_t max_threads,
+                      chute_shard_fn fn, void *ctx) {
     size_t nshards = chute_shard_count(n, min_block, max_shards);
     if (nshards == 0) return 0;
     job_t job = {.fn = fn, .ctx = ctx, .n = n, .nshards = nshards};
+    job.helpers = max_threads > 1 ? max_threads - 1 : 0;
     atomic_init(&job.next, 0);
-    if (nshards == 1 || pthread_mutex_trylock(&submit_lock) != 0) {
+    if (nshards == 1 || job.helpers == 0 || pthread_mutex_trylock(&submit_lock) != 0) {
         run_shards(&job);
         return nshards;
     }
