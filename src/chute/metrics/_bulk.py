@@ -65,10 +65,7 @@ class BulkWriter:
 
     def set_config(self, config: Mapping[str, Any]) -> None:
         """Replace the config written at `finish()`."""
-        frozen = _config.freeze(config)
-        if not isinstance(frozen, bytes):
-            raise TypeError("set_config() takes a dict")
-        self._config = frozen
+        self._config = _config.freeze_dict(config)
 
     def finish(
         self,

@@ -26,6 +26,14 @@ def freeze(config: ConfigArg) -> bytes | str | None:
     raise TypeError(f"config must be a dict, a path or None, got {type(config).__name__}")
 
 
+def freeze_dict(config: Mapping[str, Any]) -> bytes:
+    """`set_config()`'s argument as JSON bytes: a dict, never a path or None."""
+    frozen = freeze(config)
+    if not isinstance(frozen, bytes):
+        raise TypeError("set_config() takes a dict")
+    return frozen
+
+
 def apply(frozen: bytes | str | None, outdir: str, pdir: str) -> None:
     """Write or link `pdir/config.json` as the writer's `config` argument asks.
 

@@ -64,10 +64,7 @@ class StreamingWriter(ABC):
     def set_config(self, config: Mapping[str, Any]) -> None:
         """Atomically replace the run's config.json (a linked target is left unchanged)."""
         self._check_open()
-        frozen = _config.freeze(config)
-        if not isinstance(frozen, bytes):
-            raise TypeError("set_config() takes a dict")
-        _config.replace(os.path.join(self._pdir, F.CONFIG), frozen)
+        _config.replace(os.path.join(self._pdir, F.CONFIG), _config.freeze_dict(config))
 
     def finish(
         self,
