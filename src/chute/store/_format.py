@@ -25,8 +25,10 @@ MAGIC: Final = b"ZREC"
 VERSION: Final = 3
 HEADER = struct.Struct("<4sHHII")  # magic, version, tail_chunk, tail_offset, length
 HEADER_SIZE: Final = HEADER.size
-TAIL_STATE = struct.Struct("<HII")  # the header after magic+version, rewritten on commit
-TAIL_STATE_OFFSET: Final = 6
+# tail_chunk, tail_offset, length: the header after magic and version, rewritten on commit
+# (and copied into the checksum sidecar's header, at the same offset)
+STATE = struct.Struct("<HII")
+STATE_OFFSET: Final = 6
 
 LOC_DTYPE: Final = np.dtype(
     [
@@ -44,7 +46,6 @@ MAX_RECORD: Final = 1 << 20  # bytes in one record, logical or stored
 MAX_CHUNKS: Final = 1 << 12
 CHUNK_LIMIT: Final = 1 << 32  # a record must end at or below this offset in its chunk
 MAX_RECORDS: Final = MAX_CHUNKS * CHUNK_LIMIT // MAX_RECORD  # 2**24
-LOADERX_META_SIZE: Final = HEADER_SIZE + MAX_RECORDS * LOC_SIZE
 
 META_FILE: Final = "meta.zr"
 DICT_FILE: Final = "dict.zr"
@@ -56,8 +57,6 @@ SUMS_VERSION: Final = 1
 # magic, version, then the header state (tail_chunk, tail_offset, length) of meta.zr when the
 # sidecar was last brought in step with it; a different state means another tool wrote since.
 SUMS_HEADER = struct.Struct("<4sHHII16x")
-SUMS_STATE = struct.Struct("<HII")
-SUMS_STATE_OFFSET: Final = 6
 SUMS_DTYPE: Final = np.dtype(
     [
         ("crc", "<u4"),

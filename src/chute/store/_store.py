@@ -302,7 +302,7 @@ class RecordStore:
         """True when no other tool has written since the sidecar was last stamped."""
         if self._sums_map is None or self._sums is None:
             return False
-        stamp = fmt.SUMS_STATE.unpack_from(self._sums_map, fmt.SUMS_STATE_OFFSET)
+        stamp = fmt.STATE.unpack_from(self._sums_map, fmt.STATE_OFFSET)
         return bool(stamp == self._state())
 
     def _resync_sums(self) -> None:
@@ -325,7 +325,7 @@ class RecordStore:
         that it may not, so a crash midway reads as 'unchecked' rather than damage)."""
         if self._sums_map is not None:
             state = self._state() if in_step else _NO_STATE
-            fmt.SUMS_STATE.pack_into(self._sums_map, fmt.SUMS_STATE_OFFSET, *state)
+            fmt.STATE.pack_into(self._sums_map, fmt.STATE_OFFSET, *state)
 
     def _map_sums(self, capacity: int) -> None:
         size = fmt.SUMS_HEADER.size + capacity * fmt.SUMS_DTYPE.itemsize
@@ -701,7 +701,7 @@ class RecordStore:
     def _commit(self, tail_chunk: int, tail_offset: int, length: int) -> None:
         """Publish the frontier and the length in one write: the commit point."""
         assert self._meta is not None
-        fmt.TAIL_STATE.pack_into(self._meta, fmt.TAIL_STATE_OFFSET, tail_chunk, tail_offset, length)
+        fmt.STATE.pack_into(self._meta, fmt.STATE_OFFSET, tail_chunk, tail_offset, length)
         if self._durable:
             self._meta.flush(0, _PAGE)
         self._limits = self._chunk_limits(tail_chunk, tail_offset)
@@ -726,8 +726,8 @@ class RecordStore:
             if i != last:
                 self._table[i] = self._table[last]
                 self._sums[i] = self._sums[last]
-            fmt.TAIL_STATE.pack_into(
-                self._meta, fmt.TAIL_STATE_OFFSET, self._tail_chunk, self._tail_offset, last
+            fmt.STATE.pack_into(
+                self._meta, fmt.STATE_OFFSET, self._tail_chunk, self._tail_offset, last
             )
             self._length = last
         self._stamp_sums()
