@@ -236,8 +236,13 @@ static void compress_shard(void *p, size_t begin, size_t end, size_t shard) {
     for (size_t i = begin; i < end; i++) {
         const uint8_t *src = a->src + a->src_off[i];
         size_t len = (size_t)a->src_len[i];
-        uint8_t *out = a->out + job->slot[i];
         a->crcs[i] = chute_crc32c(0, src, len);
+        if (!a->out) { /* raw records already laid out end to end: nothing to copy */
+            a->phys_len[i] = (uint32_t)len;
+            a->codecs[i] = CODEC_RAW;
+            continue;
+        }
+        uint8_t *out = a->out + job->slot[i];
         size_t r = (size_t)-1;
         if (a->codec != CODEC_RAW && len > 0) {
             size_t cap = slot_capacity(len, a->codec);
@@ -279,7 +284,7 @@ void chute_compress(compress_args *a) {
     for (size_t s = 0; s < ns; s++) a->nomem |= nomem[s];
     /* Pack the records densely; each moves down (or stays), so memmove in order is safe. */
     size_t w = 0;
-    for (size_t i = 0; i < a->n && !a->nomem; i++) {
+    for (size_t i = 0; i < a->n && !a->nomem && a->out; i++) {
         if (w != slot[i]) memmove(a->out + w, a->out + slot[i], a->phys_len[i]);
         w += a->phys_len[i];
     }

@@ -87,7 +87,8 @@ typedef struct {
     const ZSTD_CDict *cdict;
     int attach_dict; /* use the dictionary's tables in place instead of copying them */
     size_t max_threads;
-    uint8_t *out;       /* capacity chute_compress_capacity(); packed densely on return */
+    uint8_t *out;       /* capacity chute_compress_capacity(); packed densely on return;
+                           NULL for raw records already end to end in src (sums only) */
     uint32_t *phys_len; /* out */
     uint8_t *codecs;    /* out: the codec actually used (raw when a record did not shrink) */
     uint32_t *crcs;     /* out: CRC-32C of each record's logical bytes */

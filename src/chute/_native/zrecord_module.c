@@ -214,7 +214,8 @@ done:
 }
 
 /* compress(src, offsets, lengths, codec, level, cdict, threads, phys_out, codec_out, crc_out)
- *   -> bytearray of the records packed densely. */
+ *   -> bytearray of the records packed densely, or None when the codec is raw and the
+ *      records already lie end to end in src (then src is what to write). */
 static PyObject *compress(PyObject *self, PyObject *args) {
     Py_buffer src, off, len, phys, codecs, crcs;
     int codec, level;
@@ -248,9 +249,19 @@ static PyObject *compress(PyObject *self, PyObject *args) {
         if (!a.cdict) goto done;
         a.attach_dict = (uintptr_t)PyCapsule_GetContext(cdict_obj) >= ATTACH_DICT_BYTES;
     }
-    size_t cap = chute_compress_capacity(len.buf, n, codec);
-    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)cap);
-    if (!out) goto done;
+    int in_place = codec == CODEC_RAW;
+    for (size_t i = 1; in_place && i < n; i++) {
+        const uint64_t *o = off.buf, *l = len.buf;
+        in_place = o[i] == o[i - 1] + l[i - 1];
+    }
+    if (in_place) { /* raw and end to end already: the source is the output */
+        Py_INCREF(Py_None);
+        out = Py_None;
+    } else {
+        size_t cap = chute_compress_capacity(len.buf, n, codec);
+        out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)cap);
+        if (!out) goto done;
+    }
     a.src = src.buf;
     a.src_off = off.buf;
     a.src_len = len.buf;
@@ -258,7 +269,7 @@ static PyObject *compress(PyObject *self, PyObject *args) {
     a.codec = codec;
     a.level = level;
     a.max_threads = threads > 0 ? (size_t)threads : 1;
-    a.out = (uint8_t *)PyByteArray_AS_STRING(out);
+    a.out = in_place ? NULL : (uint8_t *)PyByteArray_AS_STRING(out);
     a.phys_len = phys.buf;
     a.codecs = codecs.buf;
     a.crcs = crcs.buf;
@@ -270,7 +281,7 @@ static PyObject *compress(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    if (PyByteArray_Resize(out, (Py_ssize_t)a.packed) < 0) Py_CLEAR(out);
+    if (!in_place && PyByteArray_Resize(out, (Py_ssize_t)a.packed) < 0) Py_CLEAR(out);
 done:
     PyBuffer_Release(&src);
     PyBuffer_Release(&off);

@@ -647,8 +647,12 @@ class RecordStore:
             data, starts, lens, int(codec), self._level_for(codec), self._cdict,
             self._threads, phys, codecs, crcs,
         )  # fmt: skip
+        if packed is None:  # raw records, already end to end in the source: write it as is
+            first = int(starts[0]) if n else 0
+            view = data[first : first + int(lens.sum())].data
+        else:
+            view = memoryview(packed)
         chunk_ids, offsets, writes, end = _place(phys, self._tail_chunk, self._tail_offset)
-        view = memoryview(packed)
         touched = set()
         for chunk, file_offset, a, b in writes:
             fd = self._chunk_fd_for_write(chunk)
