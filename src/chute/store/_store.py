@@ -468,12 +468,18 @@ class RecordStore:
         self._check_open()
         idx = self._as_indices(indices)
         self._check_range(idx)
+        values, offsets, _ = self._packed(idx, self._verify)
+        return values, offsets
+
+    def _packed(
+        self, idx: npt.NDArray[np.int64], verify: bool
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64], int]:
+        """Records end to end, their n+1 offsets, and how many had no checksum to match."""
         offsets = np.zeros(len(idx) + 1, np.uint64)
         np.cumsum(self._table["logic_length"][idx], out=offsets[1:])
         values = np.empty(int(offsets[-1]), np.uint8)
-        if len(idx):
-            self._gather(idx, values, 0, offsets)
-        return values, offsets
+        unchecked = self._gather(idx, values, 0, offsets, verify) if len(idx) else 0
+        return values, offsets, unchecked
 
     def gather_into(
         self,
@@ -503,10 +509,12 @@ class RecordStore:
         dst: npt.NDArray[Any],
         stride: int,
         offsets: npt.NDArray[np.uint64] | None,
+        verify: bool | None = None,
     ) -> int:
         """One native call; raises on the first bad record. Returns how many went unchecked."""
+        check = self._verify if verify is None else verify
         for attempt in (0, 1):
-            sums = self._sums[: self._length] if self._verify and self._sums is not None else None
+            sums = self._sums[: self._length] if check and self._sums is not None else None
             strict = sums is not None and self._sums_in_step()
             code, pos, detail, unchecked = _native.gather(
                 self._table[: self._length],
@@ -870,28 +878,19 @@ class RecordStore:
         self._check_open()
         damaged: list[tuple[int, str]] = []
         unchecked = 0
-        saved, self._verify = self._verify, True
-        try:
-            n = len(self)
-            start = 0
-            while start < n:
-                idx = np.arange(start, min(start + batch, n), dtype=np.int64)
-                offsets = np.zeros(len(idx) + 1, np.uint64)
-                np.cumsum(self._table["logic_length"][idx], out=offsets[1:])
-                values = np.empty(int(offsets[-1]), np.uint8)
-                try:
-                    unchecked += self._gather(idx, values, 0, offsets)
-                    start = int(idx[-1]) + 1
-                except (CorruptStoreError, ValueError) as e:
-                    bad = getattr(e, "index", None)
-                    if bad is None:
-                        raise
-                    damaged.append((bad, str(e)))
-                    if bad > start:
-                        unchecked += self._gather(idx[: bad - start], values, 0, offsets)
-                    start = bad + 1
-        finally:
-            self._verify = saved
+        n = len(self)
+        start = 0
+        while start < n:
+            idx = np.arange(start, min(start + batch, n), dtype=np.int64)
+            try:
+                unchecked += self._packed(idx, True)[2]
+                start = int(idx[-1]) + 1
+            except CorruptStoreError as e:
+                if e.index is None:
+                    raise
+                damaged.append((e.index, str(e)))
+                unchecked += self._packed(idx[: e.index - start], True)[2]  # those before it
+                start = e.index + 1
         if self._sums is None:
             unchecked = n
         return {"records": n, "damaged": damaged, "unchecked": unchecked}
