@@ -1,0 +1,13 @@
+"""Hand a batch to torch or JAX without copying, through DLPack.
+
+Install the framework yourself (``pip install chute[torch]`` or ``chute[jax]``); chute's core
+never imports one. Every numpy array found in the batch (dict values, tuples such as ragged
+``(values, row_splits)``, nested dicts) becomes a framework array over the same memory; other
+leaves pass through unchanged. An array DLPack cannot describe (read-only for JAX, byte-swapped,
+strided for JAX) is first copied into a native, contiguous one.
+"""
+
+from chute.frameworks._jax import to_jax
+from chute.frameworks._torch import to_torch
+
+__all__ = ["to_jax", "to_torch"]
