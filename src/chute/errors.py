@@ -1,15 +1,22 @@
-"""Exceptions raised by chute's record store and datasets."""
+"""Every exception chute raises on purpose: one family under `ChuteError`.
+
+Each class also derives from the built-in a caller would catch for the same condition
+(`RuntimeError`, `ValueError`, `OSError` ...), so code written against those keeps working.
+"""
 
 from __future__ import annotations
 
 __all__ = [
+    "BadChunkError",
     "ChecksumError",
     "ChuteError",
     "CorruptStoreError",
+    "RunLockedError",
     "StoreClosedError",
     "StoreError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "WriterClosedError",
 ]
 
 
@@ -46,3 +53,19 @@ class CorruptStoreError(StoreError):
 
 class ChecksumError(CorruptStoreError):
     """A record decoded cleanly but its bytes differ from the CRC-32C written with it."""
+
+
+class RunLockedError(ChuteError, RuntimeError):
+    """Another writer (in another process) holds the metric run."""
+
+
+class WriterClosedError(ChuteError, RuntimeError):
+    """The metric writer was finished, closed, or taken over by a newer writer of the run."""
+
+
+class BadChunkError(ChuteError, RuntimeError):
+    """A stored Zarr chunk could not be read or decoded; ``key`` is its store key."""
+
+    def __init__(self, key: str, cause: BaseException) -> None:
+        super().__init__(f"bad chunk {key!r}: {type(cause).__name__}: {cause}")
+        self.key = key

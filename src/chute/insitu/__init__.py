@@ -4,10 +4,11 @@ Read each stored chunk once, shuffle within a window of chunks, feed batches fro
 event loop under one read budget, and share one decoded-chunk pool between splits.
 """
 
+from chute.errors import BadChunkError
+
 from ._dataset import InSituConfig, InSituDataset, SplitView
 from ._geometry import ArrayGeometry, open_geometries
 from ._pool import ChunkPool, PoolStats
-from ._scheduler import BadChunkError
 from ._split import SplitManifest, split_by_chunk
 from ._transforms import BatchTransform, ChunkTransform, StandardScaler
 

@@ -23,6 +23,8 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
+from chute.errors import BadChunkError
+
 from ._buffers import BatchBuffers
 from ._decode import DirectReader, reserve_read_buffer
 from ._geometry import ArrayGeometry
@@ -31,14 +33,6 @@ from ._pool import ChunkPool, Slab
 from ._transforms import Batch, BatchTransform, ChunkTransform
 
 END = object()  # end-of-pass marker on the batch queue
-
-
-class BadChunkError(RuntimeError):
-    """A stored chunk could not be read or decoded; ``key`` is its store key."""
-
-    def __init__(self, key: str, cause: BaseException) -> None:
-        super().__init__(f"bad chunk {key!r}: {type(cause).__name__}: {cause}")
-        self.key = key
 
 
 class StageTimes:

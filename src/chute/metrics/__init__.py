@@ -5,12 +5,12 @@ background compaction) and `BulkWriter` (in memory, written once). `Reader` read
 live or finished runs, folders or `metrics.plattli` archives.
 """
 
+from chute.errors import RunLockedError, WriterClosedError
+
 from ._bulk import BulkWriter
 from ._compacting import CompactingWriter
 from ._direct import DirectWriter
-from ._lock import RunLockedError
 from ._reader import Reader, is_run, is_run_dir, resolve_run_dir
-from ._writer import WriterClosedError
 
 __all__ = [
     "BulkWriter",

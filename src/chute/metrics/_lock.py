@@ -7,10 +7,7 @@ import os
 import threading
 from collections.abc import Callable
 
-
-class RunLockedError(RuntimeError):
-    """Another writer (in another process) holds the run."""
-
+from chute.errors import RunLockedError
 
 _registry: dict[str, Callable[[], None]] = {}
 _registry_lock = threading.Lock()

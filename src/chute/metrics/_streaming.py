@@ -8,13 +8,15 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+from chute.errors import WriterClosedError
+
 from . import _config
 from . import _format as F
 from ._archive import unzip_run, zip_run
 from ._columns import ColumnStore
 from ._dtypes import Value
 from ._lock import RunLock
-from ._writer import Schema, WriterClosedError, batch_of, check_overrides, check_step, run_paths
+from ._writer import Schema, batch_of, check_overrides, check_step, run_paths
 
 
 class StreamingWriter(ABC):

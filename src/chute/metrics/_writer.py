@@ -18,10 +18,6 @@ from ._dtypes import Value, capture, check_f32, resolve
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
-class WriterClosedError(RuntimeError):
-    """The writer was finished, closed, or taken over by a newer writer of the same run."""
-
-
 def check_step(step: object) -> int:
     """A step as a Python int in the uint32 range (NumPy integers accepted)."""
     if isinstance(step, bool):
