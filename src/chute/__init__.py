@@ -8,10 +8,12 @@
 """
 
 from chute.dataset import Dataset, write_dataset
+from chute.datasets import append_dataset, append_ragged
 from chute.errors import (
     ChecksumError,
     ChuteError,
     CorruptStoreError,
+    IncompleteDatasetError,
     StoreClosedError,
     StoreError,
     StoreLockedError,
@@ -29,6 +31,7 @@ __all__ = [
     "CorruptStoreError",
     "DataLoader",
     "Dataset",
+    "IncompleteDatasetError",
     "RaggedDataset",
     "RecordStore",
     "Sampler",
@@ -36,6 +39,8 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "append_dataset",
+    "append_ragged",
     "pad",
     "write_dataset",
     "write_ragged",

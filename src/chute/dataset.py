@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from chute._schema import write_schema
 from chute._view import StoreView
+from chute.datasets._write import check_sharding, fixed_payloads, remove_dataset_files, write_shards
 from chute.store import Codec, RecordStore
 from chute.store._codec import sample_rows
 from chute.store._format import MAX_RECORD, codec_name, parse_codec
@@ -34,6 +35,8 @@ def write_dataset(
     level: int | None = None,
     overwrite: bool = False,
     progress: bool | None = None,
+    shard_records: int | None = None,
+    workers: int | None = None,
 ) -> Dataset:
     """Write ``array`` as one record per slice along axis 0 and return it opened.
 
@@ -42,6 +45,8 @@ def write_dataset(
     becomes a dataset of scalars. ``codec`` is ``"zstd"`` (level 3), ``"raw"`` or
     ``"zstd_dict"`` (a dictionary of at most ``dict_size`` bytes trained on a spread of rows,
     then level 19). ``progress`` shows a bar; by default only for writes over 256 MiB.
+    ``shard_records=N`` writes a sharded dataset (stores of N records each and a manifest,
+    see `chute.datasets`), ``workers`` shards at a time in a process pool.
 
     >>> import tempfile, numpy as np
     >>> rows = np.arange(12, dtype=np.int16).reshape(4, 3)
@@ -62,8 +67,19 @@ def write_dataset(
     if row_bytes > MAX_RECORD:
         raise ValueError(f"one row is {row_bytes} bytes; the Zrecord format caps a record at 1 MiB")
     c = parse_codec(codec)
+    check_sharding(shard_records, workers)
     if path.exists() and any(path.iterdir()) and not overwrite:
         raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True to replace it")
+    remove_dataset_files(path)
+    if shard_records is not None:
+        options = {"codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size}
+        options["level"] = level
+        payloads = fixed_payloads(array, shard_records)
+        write_shards(
+            path, "fixed", payloads, np.asarray(array[:0]),
+            shard_records=shard_records, workers=workers, options=options,
+        )  # fmt: skip
+        return Dataset(path)
     n = shape[0]
     rows_per_step = max(1, chunk_bytes // max(row_bytes, 1))
     total = n * row_bytes

@@ -11,6 +11,7 @@ __all__ = [
     "ChecksumError",
     "ChuteError",
     "CorruptStoreError",
+    "IncompleteDatasetError",
     "RunLockedError",
     "StoreClosedError",
     "StoreError",
@@ -53,6 +54,10 @@ class CorruptStoreError(StoreError):
 
 class ChecksumError(CorruptStoreError):
     """A record decoded cleanly but its bytes differ from the CRC-32C written with it."""
+
+
+class IncompleteDatasetError(CorruptStoreError):
+    """A sharded dataset whose write has not finished: shards on disk but no manifest yet."""
 
 
 class RunLockedError(ChuteError, RuntimeError):

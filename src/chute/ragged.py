@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,12 @@ import numpy.typing as npt
 
 from chute._schema import write_schema
 from chute._view import StoreView
+from chute.datasets._write import (
+    check_sharding,
+    ragged_payloads,
+    remove_dataset_files,
+    write_shards,
+)
 from chute.errors import CorruptStoreError
 from chute.store import Codec, RecordStore
 from chute.store._format import MAX_RECORD, codec_name, parse_codec
@@ -64,6 +71,8 @@ def write_ragged(
     *,
     level: int | None = None,
     overwrite: bool = False,
+    shard_records: int | None = None,
+    workers: int | None = None,
 ) -> RaggedDataset:
     """Write an iterable of variable-length arrays, one record each, and return it opened.
 
@@ -71,11 +80,14 @@ def write_ragged(
     unless given (a plain 1-D array is a sequence of scalar rows). Records are appended
     ``chunk_bytes`` at a time, so a generator is never held whole. ``codec`` is ``"zstd"``,
     ``"raw"`` or ``"zstd_dict"`` (the dictionary is trained on the first chunk's records).
+    ``shard_records=N`` writes a sharded dataset of N records per store, ``workers`` shards
+    at a time in a process pool (see `chute.datasets`).
     """
     path = Path(path)
     c = parse_codec(codec)
     want_dtype = None if dtype is None else np.dtype(dtype)
     want_shape = None if item_shape is None else tuple(int(d) for d in item_shape)
+    check_sharding(shard_records, workers)
     if path.exists() and any(path.iterdir()) and not overwrite:
         raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True to replace it")
     records = _records(arrays, want_dtype, want_shape)
@@ -87,6 +99,19 @@ def write_ragged(
     assert set_dtype is not None and set_shape is not None
     if set_dtype.hasobject:
         raise TypeError(f"dtype {set_dtype} holds Python objects; only plain dtypes can be stored")
+    remove_dataset_files(path)
+    if shard_records is not None:
+        options = {
+            "codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size, "level": level,
+            "dtype": set_dtype, "item_shape": set_shape,
+        }  # fmt: skip
+        rest = _within_cap(chain([first[0]] if first else [], (r for r, _, _ in records)))
+        payloads = ragged_payloads(rest, shard_records)
+        write_shards(
+            path, "ragged", payloads, [],
+            shard_records=shard_records, workers=workers, options=options,
+        )  # fmt: skip
+        return RaggedDataset(path)
     with RecordStore(path, mode="w", codec=c, level=level) as store:
         write_schema(
             path,
@@ -108,6 +133,16 @@ def write_ragged(
             size += record.nbytes
         _flush(store, pending, written, c, dict_size)
     return RaggedDataset(path)
+
+
+def _within_cap(records: Iterable[npt.NDArray[Any]]) -> Iterator[npt.NDArray[Any]]:
+    """The records, checked against the format's record cap by their index in the set."""
+    for i, record in enumerate(records):
+        if record.nbytes > MAX_RECORD:
+            raise ValueError(
+                f"record {i} is {record.nbytes} bytes; the Zrecord format caps a record at 1 MiB"
+            )
+        yield record
 
 
 def _flush(

@@ -1,0 +1,253 @@
+"""ShardedStore: many record stores read as one, behind the same read calls as RecordStore.
+
+A global index maps to (shard, local index) through the manifest's shard starts. A batch is
+split by shard with one stable sort; each touched shard then decodes its records with one
+native call straight into the caller's buffer at their batch positions, so the output is in
+the caller's order and no Python code runs per record. Shards open on first use, so a host
+that reads one slice of the dataset opens only the shards that slice lies in.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chute._schema import read_schema
+from chute.datasets._manifest import Manifest, read_manifest
+from chute.errors import CorruptStoreError, StoreClosedError
+from chute.store import RecordStore
+
+_Split = Iterator[tuple[RecordStore, npt.NDArray[np.intp], npt.NDArray[np.int64]]]
+
+
+class ShardedStore:
+    """A read-only sharded dataset's records: ``len``, ``gather``, ``gather_packed``,
+    ``gather_into``, ``lengths``, ``stats`` and ``verify`` over the global index space.
+
+    ``opened_shards`` and ``gathers`` tell which shards were opened and how many native
+    gathers each served (how a multi-host run checks it reads only its own shards).
+
+    >>> import tempfile, numpy as np, chute
+    >>> path = tempfile.mkdtemp() + "/d"
+    >>> ds = chute.write_dataset(path, np.arange(10, dtype=np.int32), shard_records=4)
+    >>> ds[[9, 0, 5]].tolist(), ds.store.opened_shards
+    ([9, 0, 5], (0, 1, 2))
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, verify: bool = False, threads: int | None = None
+    ) -> None:
+        self._path = Path(path)
+        self._manifest = read_manifest(self._path)
+        self._starts = self._manifest.starts()
+        self._length = int(self._starts[-1])
+        self._verify = verify
+        self._threads = threads
+        self._stores: list[RecordStore | None] = [None] * len(self._manifest.shards)
+        self._gathers = np.zeros(len(self._stores), np.int64)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._manifest
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return dict(self._manifest.schema)
+
+    @property
+    def opened_shards(self) -> tuple[int, ...]:
+        return tuple(i for i, s in enumerate(self._stores) if s is not None)
+
+    @property
+    def gathers(self) -> tuple[int, ...]:
+        """Native gathers per shard since opening."""
+        return tuple(int(n) for n in self._gathers)
+
+    @property
+    def has_checksums(self) -> bool:
+        return all(self.shard(i).has_checksums for i in range(len(self._stores)))
+
+    def __len__(self) -> int:
+        self._check_open()
+        return self._length
+
+    def shard(self, i: int) -> RecordStore:
+        """Shard ``i`` opened read-only (on first use, checked against the manifest)."""
+        self._check_open()
+        store = self._stores[i]
+        if store is not None:
+            return store
+        with self._lock:
+            store = self._stores[i]
+            if store is None:
+                store = self._open_shard(i)
+                self._stores[i] = store
+        return store
+
+    def _open_shard(self, i: int) -> RecordStore:
+        name, want = self._manifest.shards[i]
+        where = self._path / name
+        schema = read_schema(where)
+        ours = self._manifest.schema
+        if any(schema.get(k) != ours.get(k) for k in ("dtype", "shape", "item_shape", "ragged")):
+            raise CorruptStoreError(f"{where}/schema.json disagrees with the dataset's manifest")
+        store = RecordStore(where, mode="r", verify=self._verify, threads=self._threads)
+        have = len(store)
+        # The last shard may hold more: an append committed records to it and stopped before
+        # the manifest (the commit point) was rewritten. Those records are not the dataset's.
+        if have < want or (have > want and i != len(self._stores) - 1):
+            store.close()
+            raise CorruptStoreError(
+                f"{where} holds {have} records, the manifest says {want}: the dataset is damaged "
+                "or was changed by hand"
+            )
+        return store
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"the dataset at {self._path} is closed")
+
+    def _as_indices(self, indices: Any) -> npt.NDArray[np.int64]:
+        arr = np.asarray(indices)
+        if arr.dtype.kind not in "iu":
+            if arr.size == 0:
+                return np.empty(0, np.int64)
+            raise TypeError(f"record indices must be integers, got {arr.dtype}")
+        idx = arr.reshape(-1).astype(np.int64, copy=False)
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._length):
+            bad = idx[(idx < 0) | (idx >= self._length)]
+            raise IndexError(
+                f"record index {int(bad[0])} is out of range for {self._length} records"
+            )
+        return idx
+
+    def _split(self, idx: npt.NDArray[np.int64]) -> _Split:
+        """Per touched shard: its store, the batch positions it fills, its local indices."""
+        self._check_open()
+        if idx.size == 0:
+            return
+        shard = np.searchsorted(self._starts, idx, side="right") - 1
+        first, last = int(shard.min()), int(shard.max())
+        if first == last:
+            self._gathers[first] += 1
+            yield self.shard(first), np.arange(idx.size), idx - self._starts[first]
+            return
+        order = np.argsort(shard, kind="stable")
+        edges = np.searchsorted(shard[order], np.arange(first, last + 2))
+        for s in range(first, last + 1):
+            pos = order[edges[s - first] : edges[s - first + 1]]
+            if pos.size:
+                self._gathers[s] += 1
+                yield self.shard(s), pos, idx[pos] - self._starts[s]
+
+    def lengths(self, indices: Any) -> npt.NDArray[np.uint32]:
+        """Logical (decoded) byte size of each record."""
+        idx = self._as_indices(indices)
+        out = np.empty(idx.size, np.uint32)
+        for store, pos, local in self._split(idx):
+            out[pos] = store.lengths(local)
+        return out
+
+    def gather(self, indices: Any, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """Decode equal-size records into the rows of ``out`` (C-contiguous, n rows)."""
+        idx = self._as_indices(indices)
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out must be a writeable C-contiguous array")
+        if idx.size == 0:
+            return out
+        if out.nbytes % idx.size:
+            raise ValueError(f"out has {out.nbytes} bytes, not a multiple of {idx.size} records")
+        stride = out.nbytes // idx.size
+        for store, pos, local in self._split(idx):
+            if pos.size == idx.size:  # one shard: the plain gather, which checks every size
+                store.gather(local, out)
+                continue
+            sizes = store.lengths(local)
+            if (sizes != stride).any():
+                k = int(np.argmax(sizes != stride))
+                raise ValueError(
+                    f"record {int(idx[pos[k]])} holds {int(sizes[k])} bytes, but its slot in "
+                    f"the batch is {stride} bytes: the record does not match the requested size "
+                    "or schema"
+                )
+            store.gather_into(local, out, pos.astype(np.uint64) * stride)
+        return out
+
+    def gather_packed(self, indices: Any) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+        """Decode records of any sizes end to end: ``(values, offsets)`` with n+1 offsets."""
+        idx = self._as_indices(indices)
+        offsets = np.zeros(idx.size + 1, np.uint64)
+        np.cumsum(self.lengths(idx), out=offsets[1:])
+        values = np.empty(int(offsets[-1]), np.uint8)
+        self.gather_into(idx, values, offsets[:-1])
+        return values, offsets
+
+    def gather_into(self, indices: Any, out: npt.NDArray[Any], offsets: Any) -> npt.NDArray[Any]:
+        """Decode record i to byte ``offsets[i]`` of ``out``: one native call per shard."""
+        idx = self._as_indices(indices)
+        offs = np.ascontiguousarray(offsets, dtype=np.uint64).reshape(-1)
+        if offs.size != idx.size:
+            raise ValueError(f"{idx.size} indices but {offs.size} offsets")
+        for store, pos, local in self._split(idx):
+            store.gather_into(local, out, offs[pos])
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """The shards' `RecordStore.stats` summed, plus ``shards``: each one's own."""
+        per = [self.shard(i).stats() for i in range(len(self._stores))]
+        total: dict[str, Any] = {
+            key: sum(s[key] for s in per)
+            for key in ("live_bytes", "logical_bytes", "chunk_bytes", "reclaimable", "chunks")
+        }
+        total["records"] = self._length
+        total["codecs"] = {
+            name: sum(s["codecs"][name] for s in per) for name in (per[0]["codecs"] if per else {})
+        }
+        total["ratio"] = (
+            total["logical_bytes"] / total["live_bytes"] if total["live_bytes"] else 1.0
+        )
+        total["has_dict"] = any(s["has_dict"] for s in per)
+        total["has_checksums"] = all(s["has_checksums"] for s in per)
+        total["shards"] = per
+        return total
+
+    def verify(self, batch: int = 4096) -> dict[str, Any]:
+        """Every shard's `RecordStore.verify`, with damaged records named by global index."""
+        damaged: list[tuple[int, str]] = []
+        unchecked = 0
+        for i in range(len(self._stores)):
+            report = self.shard(i).verify(batch)
+            start = int(self._starts[i])
+            damaged += [(start + local, message) for local, message in report["damaged"]]
+            unchecked += report["unchecked"]
+        return {"records": self._length, "damaged": damaged, "unchecked": unchecked}
+
+    def close(self) -> None:
+        """Close every opened shard; idempotent."""
+        self._closed = True
+        for store in self._stores:
+            if store is not None:
+                store.close()
+
+    def __enter__(self) -> ShardedStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedStore({str(self._path)!r}, records={self._length}, shards={len(self._stores)})"
+        )
