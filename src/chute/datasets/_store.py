@@ -23,7 +23,7 @@ from chute.datasets._manifest import Manifest, read_manifest
 from chute.errors import CorruptStoreError, StoreClosedError
 from chute.store import RecordStore
 
-_Split = Iterator[tuple[RecordStore, npt.NDArray[np.intp], npt.NDArray[np.int64]]]
+_Split = Iterator[tuple[int, RecordStore, npt.NDArray[np.intp], npt.NDArray[np.int64]]]
 
 
 class ShardedStore:
@@ -134,29 +134,31 @@ class ShardedStore:
         return idx
 
     def _split(self, idx: npt.NDArray[np.int64]) -> _Split:
-        """Per touched shard: its store, the batch positions it fills, its local indices."""
+        """Per touched shard: its number, store, the batch positions it fills, local indices."""
         self._check_open()
         if idx.size == 0:
             return
         shard = np.searchsorted(self._starts, idx, side="right") - 1
         first, last = int(shard.min()), int(shard.max())
         if first == last:
-            self._gathers[first] += 1
-            yield self.shard(first), np.arange(idx.size), idx - self._starts[first]
+            yield first, self.shard(first), np.arange(idx.size), idx - self._starts[first]
             return
         order = np.argsort(shard, kind="stable")
         edges = np.searchsorted(shard[order], np.arange(first, last + 2))
         for s in range(first, last + 1):
             pos = order[edges[s - first] : edges[s - first + 1]]
             if pos.size:
-                self._gathers[s] += 1
-                yield self.shard(s), pos, idx[pos] - self._starts[s]
+                yield s, self.shard(s), pos, idx[pos] - self._starts[s]
+
+    def _count(self, shard: int) -> None:
+        with self._lock:
+            self._gathers[shard] += 1
 
     def lengths(self, indices: Any) -> npt.NDArray[np.uint32]:
         """Logical (decoded) byte size of each record."""
         idx = self._as_indices(indices)
         out = np.empty(idx.size, np.uint32)
-        for store, pos, local in self._split(idx):
+        for _, store, pos, local in self._split(idx):
             out[pos] = store.lengths(local)
         return out
 
@@ -170,7 +172,8 @@ class ShardedStore:
         if out.nbytes % idx.size:
             raise ValueError(f"out has {out.nbytes} bytes, not a multiple of {idx.size} records")
         stride = out.nbytes // idx.size
-        for store, pos, local in self._split(idx):
+        for s, store, pos, local in self._split(idx):
+            self._count(s)
             if pos.size == idx.size:  # one shard: the plain gather, which checks every size
                 store.gather(local, out)
                 continue
@@ -200,7 +203,8 @@ class ShardedStore:
         offs = np.ascontiguousarray(offsets, dtype=np.uint64).reshape(-1)
         if offs.size != idx.size:
             raise ValueError(f"{idx.size} indices but {offs.size} offsets")
-        for store, pos, local in self._split(idx):
+        for s, store, pos, local in self._split(idx):
+            self._count(s)
             store.gather_into(local, out, offs[pos])
         return out
 
