@@ -18,7 +18,9 @@ IMAGES = np.random.default_rng(0).integers(0, 255, (N, 3, 4), dtype=np.uint8)
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Dataset, Dataset]:
     root = tmp_path_factory.mktemp("pair")
-    return write_dataset(root / "one", IMAGES), write_dataset(root / "many", IMAGES, shard_records=100)
+    return write_dataset(root / "one", IMAGES), write_dataset(
+        root / "many", IMAGES, shard_records=100
+    )
 
 
 def _batches(ds: Dataset, mode: str, start: int, n: int, **kw: object) -> list[np.ndarray]:
@@ -27,7 +29,9 @@ def _batches(ds: Dataset, mode: str, start: int, n: int, **kw: object) -> list[n
 
 
 @pytest.mark.parametrize("mode", ["sequential", "iid", "cyclic"])
-def test_same_batches_as_one_store_and_exact_resume(pair: tuple[Dataset, Dataset], mode: str) -> None:
+def test_same_batches_as_one_store_and_exact_resume(
+    pair: tuple[Dataset, Dataset], mode: str
+) -> None:
     one, many = pair
     want = _batches(one, mode, 0, 20)
     got = _batches(many, mode, 0, 7, num_threads=3) + _batches(many, mode, 7, 13, num_threads=1)

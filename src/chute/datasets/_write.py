@@ -132,7 +132,10 @@ def _run_shards(
         ]
     done: list[tuple[str, int]] = []
     pending: deque[tuple[str, Future[int]]] = deque()
-    context = multiprocessing.get_context("spawn")  # safe beside threads, on every platform
+    # fork where there is one: no `if __name__ == "__main__"` guard needed in the caller's
+    # script, and the compiled core's thread pool rebuilds itself in a forked child
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
     pool: Executor
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         for name, payload in zip(names, payloads, strict=False):
