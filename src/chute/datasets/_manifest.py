@@ -95,11 +95,12 @@ class Manifest:
             "records": self.records,
             "shards": [{"name": name, "records": n} for name, n in self.shards],
         }
-        doc = {**fields, "checksum": _checksum(fields)}
+        doc = {**fields, "checksum": checksum_of(fields)}
         return json.dumps(doc, indent=2).encode() + b"\n"
 
 
-def _checksum(fields: dict[str, Any]) -> str:
+def checksum_of(fields: dict[str, Any]) -> str:
+    """``"sha256:<hex>"`` of the canonical JSON of ``fields``."""
     canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
@@ -133,7 +134,7 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
             f"{file} has manifest version {doc.get('version')!r}; this chute reads {VERSION}"
         )
     fields = {k: v for k, v in doc.items() if k != "checksum"}
-    if doc.get("checksum") != _checksum(fields):
+    if doc.get("checksum") != checksum_of(fields):
         raise CorruptStoreError(f"{file} does not match its own checksum: the manifest is damaged")
     try:
         shards = tuple((str(s["name"]), int(s["records"])) for s in doc["shards"])
