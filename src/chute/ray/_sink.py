@@ -45,6 +45,8 @@ class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
         self.codec = codec
         self.rows_per_shard = rows_per_shard
         self.ragged = ragged
+        #: After a write, on the driver: the rows of each shard, per write task in order.
+        self.tasks: list[list[int]] = []
 
     @property
     def min_rows_per_write(self) -> int:
@@ -76,6 +78,7 @@ class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
         )
         if not results:
             raise ValueError("the Ray dataset has no rows: there is nothing to convert")
+        self.tasks = [r["shards"] for r in results]
         columns = list(results[0]["kinds"])
         for r in results:
             if r["kinds"] != results[0]["kinds"]:
