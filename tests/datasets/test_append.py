@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 import chute
-from chute import Dataset, IncompleteDatasetError, append_dataset, append_ragged, write_dataset
+from chute import (
+    Dataset,
+    IncompleteDatasetError,
+    RecordStore,
+    append_dataset,
+    append_ragged,
+    write_dataset,
+)
 from chute.cli import main as cli
 from chute.datasets import read_manifest
 
@@ -116,3 +123,22 @@ def test_kill_9_during_an_append_across_shards(tmp_path: Path, target: str, k: i
     assert np.array_equal(ds[:], np.concatenate([OLD, NEW]))
     assert sorted(p.name for p in path.glob("part-*")) == [f"part-{i:05d}.zr" for i in range(6)]
     assert cli(["verify", str(path)]) == 0
+
+
+def test_compact_clears_what_a_killed_append_left(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    write_dataset(path, OLD, shard_records=10).close()
+    np.save(tmp_path / "new.npy", NEW)
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path), "manifest", "1", str(tmp_path / "new.npy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -9, child.stderr
+    assert len(list(path.glob("part-*"))) == 6  # three shards no manifest names
+    assert cli(["compact", str(path)]) == 0
+    assert sorted(p.name for p in path.glob("part-*")) == [f"part-{i:05d}.zr" for i in range(3)]
+    with RecordStore(path / "part-00002.zr") as last:
+        assert len(last) == 5
+    assert np.array_equal(Dataset(path)[:], OLD)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from chute.datasets._manifest import read_manifest
 from chute.datasets._store import ShardedStore
-from chute.datasets._write import writer_lock
+from chute.datasets._write import recover, writer_lock
 from chute.errors import ChuteError
 from chute.store import RecordStore
 
@@ -77,6 +77,7 @@ def compact(args: argparse.Namespace) -> int:
     freed = 0
     with writer_lock(path):
         manifest = read_manifest(path)
+        recover(path, manifest)  # what a stopped append left past the manifest goes first
         for name, _ in manifest.shards:
             with RecordStore(path / name, mode="a") as store:
                 freed += store.compact()
