@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Ray's own
 
 import chute  # noqa: E402
 import chute.ray  # noqa: E402

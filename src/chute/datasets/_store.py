@@ -50,6 +50,9 @@ class ShardedStore:
         self._verify = verify
         self._threads = threads
         self._stores: list[RecordStore | None] = [None] * len(self._manifest.shards)
+        # each opened shard's record size when all its records have one (else -1): a batch
+        # of that size then needs no per-batch size check before its gather
+        self._uniform = np.full(len(self._stores), -1, np.int64)
         self._gathers = np.zeros(len(self._stores), np.int64)
         self._lock = threading.Lock()
         self._closed = False
@@ -113,6 +116,7 @@ class ShardedStore:
                 f"{where} holds {have} records, the manifest says {want}: the dataset is damaged "
                 "or was changed by hand"
             )
+        self._uniform[i] = _uniform_size(store, want)
         return store
 
     def _check_open(self) -> None:
@@ -177,8 +181,8 @@ class ShardedStore:
             if pos.size == idx.size:  # one shard: the plain gather, which checks every size
                 store.gather(local, out)
                 continue
-            sizes = store.lengths(local)
-            if (sizes != stride).any():
+            sizes = store.lengths(local) if self._uniform[s] != stride else None
+            if sizes is not None and (sizes != stride).any():
                 k = int(np.argmax(sizes != stride))
                 raise ValueError(
                     f"record {int(idx[pos[k]])} holds {int(sizes[k])} bytes, but its slot in "
@@ -255,3 +259,15 @@ class ShardedStore:
         return (
             f"ShardedStore({str(self._path)!r}, records={self._length}, shards={len(self._stores)})"
         )
+
+
+def _uniform_size(store: RecordStore, n: int, step: int = 1 << 20) -> int:
+    """The one decoded size of records ``0..n`` of ``store``, or -1 if they differ."""
+    size = -1
+    for start in range(0, n, step):
+        sizes = store.lengths(np.arange(start, min(start + step, n)))
+        if size < 0:
+            size = int(sizes[0])
+        if (sizes != size).any():
+            return -1
+    return size
