@@ -217,3 +217,20 @@ def test_cli_info_verify_compact(sharded: Path, capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert "DAMAGED record 60 (part-00006.zr record 0)" in out
     assert "DAMAGED shard part-00001.zr" in out
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_threads_give_the_same_batches_and_errors_wait_for_every_shard(
+    sharded: Path, threads: int
+) -> None:
+    idx = np.random.default_rng(threads).integers(0, 103, 500)
+    with Dataset(sharded, threads=threads) as ds:
+        assert np.array_equal(ds[idx], ROWS[idx])
+    chunk = sharded / "part-00006.zr" / "0.zr"
+    data = bytearray(chunk.read_bytes())
+    data[5] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    with Dataset(sharded, threads=threads, verify=True) as ds:
+        with pytest.raises(CorruptStoreError, match="part-00006"):
+            ds[idx]
+        assert np.array_equal(ds[idx[idx < 60]], ROWS[idx[idx < 60]])  # the others still read

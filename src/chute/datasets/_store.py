@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,8 @@ from chute.datasets._manifest import Manifest, read_manifest
 from chute.errors import CorruptStoreError, StoreClosedError
 from chute.store import RecordStore
 
-_Split = Iterator[tuple[int, RecordStore, npt.NDArray[np.intp], npt.NDArray[np.int64]]]
+_Part = tuple[int, RecordStore, npt.NDArray[np.intp], npt.NDArray[np.int64]]
+_Split = Iterator[_Part]
 
 
 class ShardedStore:
@@ -48,7 +50,8 @@ class ShardedStore:
         self._starts = self._manifest.starts()
         self._length = int(self._starts[-1])
         self._verify = verify
-        self._threads = threads
+        self._threads = threads if threads and threads > 0 else len(os.sched_getaffinity(0))
+        self._executor: ThreadPoolExecutor | None = None
         self._stores: list[RecordStore | None] = [None] * len(self._manifest.shards)
         # each opened shard's record size when all its records have one (else -1): a batch
         # of that size then needs no per-batch size check before its gather
@@ -176,11 +179,12 @@ class ShardedStore:
         if out.nbytes % idx.size:
             raise ValueError(f"out has {out.nbytes} bytes, not a multiple of {idx.size} records")
         stride = out.nbytes // idx.size
-        for s, store, pos, local in self._split(idx):
-            self._count(s)
-            if pos.size == idx.size:  # one shard: the plain gather, which checks every size
-                store.gather(local, out)
-                continue
+        parts = list(self._split(idx))
+        if len(parts) == 1:  # one shard: the plain gather, which checks every size itself
+            self._count(parts[0][0])
+            parts[0][1].gather(parts[0][3], out)
+            return out
+        for s, store, pos, local in parts:  # every size checked before any byte is written
             sizes = store.lengths(local) if self._uniform[s] != stride else None
             if sizes is not None and (sizes != stride).any():
                 k = int(np.argmax(sizes != stride))
@@ -189,7 +193,7 @@ class ShardedStore:
                     f"the batch is {stride} bytes: the record does not match the requested size "
                     "or schema"
                 )
-            store.gather_into(local, out, pos.astype(np.uint64) * stride)
+        self._run(parts, lambda store, pos, local: store.gather_into(local, out, pos * stride))
         return out
 
     def gather_packed(self, indices: Any) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
@@ -207,10 +211,50 @@ class ShardedStore:
         offs = np.ascontiguousarray(offsets, dtype=np.uint64).reshape(-1)
         if offs.size != idx.size:
             raise ValueError(f"{idx.size} indices but {offs.size} offsets")
-        for s, store, pos, local in self._split(idx):
-            self._count(s)
-            store.gather_into(local, out, offs[pos])
+        self._run(
+            list(self._split(idx)),
+            lambda store, pos, local: store.gather_into(local, out, offs[pos]),
+        )
         return out
+
+    def _run(self, parts: list[_Part], gather: Callable[[RecordStore, Any, Any], object]) -> None:
+        """``gather(store, positions, local)`` for every part; the shards' native calls run
+        side by side on up to ``threads`` threads (one pays the thread hand-off once per
+        batch, not once per shard). Waits for all before raising the first error."""
+        for s, *_ in parts:
+            self._count(s)
+        groups = min(self._threads, len(parts))
+        if groups <= 1:
+            for _, store, pos, local in parts:
+                gather(store, pos.astype(np.uint64), local)
+            return
+
+        def run(group: list[_Part]) -> None:
+            for _, store, pos, local in group:
+                gather(store, pos.astype(np.uint64), local)
+
+        pool = self._pool()
+        futures = [pool.submit(run, parts[k::groups]) for k in range(1, groups)]
+        errors: list[BaseException] = []
+        try:
+            run(parts[0::groups])
+        except BaseException as e:
+            errors.append(e)
+        for future in futures:
+            try:
+                future.result()
+            except BaseException as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    self._threads - 1, thread_name_prefix="chute-shards"
+                )
+            return self._executor
 
     def stats(self) -> dict[str, Any]:
         """The shards' `RecordStore.stats` summed, plus ``shards``: each one's own."""
@@ -245,6 +289,9 @@ class ShardedStore:
     def close(self) -> None:
         """Close every opened shard; idempotent."""
         self._closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         for store in self._stores:
             if store is not None:
                 store.close()
