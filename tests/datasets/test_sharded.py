@@ -234,3 +234,25 @@ def test_threads_give_the_same_batches_and_errors_wait_for_every_shard(
         with pytest.raises(CorruptStoreError, match="part-00006"):
             ds[idx]
         assert np.array_equal(ds[idx[idx < 60]], ROWS[idx[idx < 60]])  # the others still read
+
+
+def test_a_forked_child_gathers_across_shards(sharded: Path) -> None:
+    """A child forked after the parent gathered (as torch DataLoader workers are) must not
+    wait on the parent's threads."""
+    import multiprocessing
+
+    ds = Dataset(sharded, threads=2)
+    idx = np.arange(0, 103, 7)
+    assert np.array_equal(ds[idx], ROWS[idx])  # the parent's shard threads now exist
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=lambda: queue.put(ds.__getitems__(idx)))  # fork: not pickled
+    child.start()
+    try:
+        got = queue.get(timeout=60)
+        child.join(timeout=60)
+    finally:
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0 and np.array_equal(got, ROWS[idx])
+    ds.close()

@@ -52,6 +52,7 @@ class ShardedStore:
         self._verify = verify
         self._threads = threads if threads and threads > 0 else len(os.sched_getaffinity(0))
         self._executor: ThreadPoolExecutor | None = None
+        self._executor_pid = 0
         self._stores: list[RecordStore | None] = [None] * len(self._manifest.shards)
         # each opened shard's record size when all its records have one (else -1): a batch
         # of that size then needs no per-batch size check before its gather
@@ -250,10 +251,13 @@ class ShardedStore:
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:
-            if self._executor is None:
+            # a forked child (a torch DataLoader worker, say) inherits the executor but not
+            # its threads: it starts its own
+            if self._executor is None or self._executor_pid != os.getpid():
                 self._executor = ThreadPoolExecutor(
                     self._threads - 1, thread_name_prefix="chute-shards"
                 )
+                self._executor_pid = os.getpid()
             return self._executor
 
     def stats(self) -> dict[str, Any]:
@@ -289,9 +293,9 @@ class ShardedStore:
     def close(self) -> None:
         """Close every opened shard; idempotent."""
         self._closed = True
-        if self._executor is not None:
+        if self._executor is not None and self._executor_pid == os.getpid():
             self._executor.shutdown(wait=True)
-            self._executor = None
+        self._executor = None
         for store in self._stores:
             if store is not None:
                 store.close()
