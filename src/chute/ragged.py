@@ -106,7 +106,7 @@ def write_ragged(
             "dtype": set_dtype, "item_shape": set_shape,
         }  # fmt: skip
         rest = _within_cap(chain([first[0]] if first else [], (r for r, _, _ in records)))
-        payloads = ragged_payloads(rest, shard_records)
+        payloads = ragged_payloads(rest, shard_records, lazy=workers in (None, 1))
         write_shards(
             path, "ragged", payloads, [],
             shard_records=shard_records, workers=workers, options=options,

@@ -256,3 +256,22 @@ def test_a_forked_child_gathers_across_shards(sharded: Path) -> None:
             child.kill()
     assert child.exitcode == 0 and np.array_equal(got, ROWS[idx])
     ds.close()
+
+
+def test_workers_map_a_memory_mapped_npy_by_name(tmp_path: Path) -> None:
+    import pickle
+
+    from chute.datasets._write import Rows
+
+    src = np.random.default_rng(3).integers(0, 255, (300, 16, 16), dtype=np.uint8)
+    np.save(tmp_path / "x.npy", src)
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    window = pickle.loads(pickle.dumps(Rows(mm, 120, 170)))
+    assert len(pickle.dumps(Rows(mm, 120, 170))) < 1000  # a file name, not 12 KiB of rows
+    assert np.array_equal(window[:], src[120:170]) and np.array_equal(
+        window[[0, 49]], src[[120, 169]]
+    )
+    ds = write_dataset(tmp_path / "d", mm, shard_records=64, workers=2, codec="zstd_dict")
+    assert np.array_equal(ds[:], src)
+    rows = pickle.loads(pickle.dumps(Rows(src, 10, 20, np.dtype(np.int16))))  # not mapped
+    assert rows.dtype == np.int16 and np.array_equal(rows[:], src[10:20])

@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from chute.datasets._write import append_shards, check_appendable, fixed_payloads, ragged_payloads
+from chute.datasets._write import (
+    Rows,
+    append_shards,
+    check_appendable,
+    fixed_payloads,
+    ragged_payloads,
+)
 from chute.store import Codec, RecordStore
 from chute.store._format import parse_codec
 
@@ -55,10 +61,10 @@ def append_dataset(
         )
     if not np.can_cast(array.dtype, dtype, "same_kind"):
         raise TypeError(f"rows of dtype {array.dtype} cannot join a dataset of {dtype}")
-    rows = _Cast(array, dtype)
+    rows = Rows(array, 0, int(array.shape[0]), dtype)
 
     def fill(store: RecordStore, room: int) -> int:
-        take = min(room, rows.shape[0])
+        take = min(room, len(rows))
         step = max(1, _STEP_BYTES // max(1, dtype.itemsize * int(np.prod(item_shape))))
         for start in range(0, take, step):
             part = rows[start : min(start + step, take)]
@@ -68,20 +74,10 @@ def append_dataset(
         return int(take)
 
     def rest(added: int) -> Iterable[Any]:
-        return fixed_payloads(rows, manifest.shard_records, start=added)
+        return fixed_payloads(array, manifest.shard_records, start=added, dtype=dtype)
 
     append_shards(path, "fixed", fill, rest, workers=workers)
     return Dataset(path)
-
-
-class _Cast:
-    """An array's row slices cast to the dataset's dtype as they are read (never whole)."""
-
-    def __init__(self, array: Any, dtype: np.dtype[Any]) -> None:
-        self.array, self.dtype, self.shape = array, dtype, tuple(array.shape)
-
-    def __getitem__(self, key: slice) -> Any:
-        return np.asarray(self.array[key]).astype(self.dtype, copy=False)
 
 
 def append_ragged(
@@ -108,7 +104,7 @@ def append_ragged(
         return _flush(store, list(islice(records, room)), 0, _codec(schema), None)
 
     def rest(added: int) -> Iterable[Any]:
-        return ragged_payloads(records, manifest.shard_records)
+        return ragged_payloads(records, manifest.shard_records, lazy=workers in (None, 1))
 
     append_shards(path, "ragged", fill, rest, workers=workers)
     return RaggedDataset(path)

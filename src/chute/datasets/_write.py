@@ -12,6 +12,8 @@ then writes new shards, then rewrites the manifest.
 from __future__ import annotations
 
 import contextlib
+import math
+import mmap
 import multiprocessing
 import os
 import shutil
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from chute._schema import read_schema
 from chute.datasets._manifest import (
@@ -172,17 +175,80 @@ def write_shards(
         write_manifest(path, Manifest(schema=schema, shard_records=shard_records, shards=shards))
 
 
-def fixed_payloads(array: Any, shard_records: int, start: int = 0) -> Iterator[Any]:
-    """Rows ``start:`` of ``array`` as ``shard_records``-row slices, read one at a time."""
+class Rows:
+    """Rows ``[start, stop)`` of a source array, read only as a shard writer slices them
+    (cast to ``dtype``), so a shard is never held whole. Pickled for a worker process, a
+    memory-mapped ``.npy`` travels as its file name and offset; any other source as the rows.
+    """
+
+    def __init__(
+        self, source: Any, start: int, stop: int, dtype: np.dtype[Any] | None = None
+    ) -> None:
+        self.source, self.start = source, start
+        self.dtype: np.dtype[Any] = np.dtype(dtype if dtype is not None else source.dtype)
+        self.shape: tuple[int, ...] = (stop - start, *(int(d) for d in source.shape[1:]))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: Any) -> npt.NDArray[Any]:
+        if isinstance(key, slice):
+            a, b, step = key.indices(self.shape[0])
+            if step != 1:
+                raise IndexError("rows are read in contiguous runs")
+            rows = self.source[self.start + a : self.start + max(a, b)]
+        else:
+            rows = self.source[np.asarray(key, np.int64) + self.start]
+        return np.asarray(rows).astype(self.dtype, copy=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        src = self.source
+        if (
+            isinstance(src, np.memmap)
+            and isinstance(src.base, mmap.mmap)
+            and src.filename
+            and src.flags.c_contiguous
+        ):
+            row = src.dtype.itemsize * math.prod(src.shape[1:])
+            return {
+                "file": src.filename,
+                "offset": int(src.offset) + self.start * row,
+                "source_dtype": src.dtype,
+                "shape": self.shape,
+                "dtype": self.dtype,
+            }
+        return {"rows": self[:], "dtype": self.dtype}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "file" in state:
+            self.source = np.memmap(
+                state["file"], state["source_dtype"], "r", state["offset"], state["shape"]
+            )
+        else:
+            self.source = state["rows"]
+        self.start, self.dtype, self.shape = 0, state["dtype"], tuple(self.source.shape)
+
+
+def fixed_payloads(
+    array: Any, shard_records: int, start: int = 0, dtype: np.dtype[Any] | None = None
+) -> Iterator[Rows]:
+    """Rows ``start:`` of ``array`` in windows of ``shard_records``, one per shard."""
     n = int(array.shape[0])
     for a in range(start, n, shard_records):
-        yield np.ascontiguousarray(array[a : a + shard_records])
+        yield Rows(array, a, min(a + shard_records, n), dtype)
 
 
-def ragged_payloads(records: Iterator[Any], shard_records: int) -> Iterator[list[Any]]:
-    """The records left in ``records``, grouped ``shard_records`` at a time."""
-    while group := list(islice(records, shard_records)):
-        yield group
+def ragged_payloads(
+    records: Iterator[Any], shard_records: int, *, lazy: bool = False
+) -> Iterator[Iterable[Any]]:
+    """The records left in ``records``, ``shard_records`` per shard: as lists (for worker
+    processes), or ``lazy`` as one pass each, read while the shard is written."""
+    if not lazy:
+        while group := list(islice(records, shard_records)):
+            yield group
+        return
+    for first in records:  # the consumer drains each group before the next is made
+        yield chain([first], islice(records, shard_records - 1))
 
 
 def recover(path: Path, manifest: Manifest) -> None:
