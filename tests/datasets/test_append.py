@@ -94,7 +94,10 @@ _CHILD = textwrap.dedent(
         arm(w, "write_manifest")
     elif target == "rename":  # dataset.json.tmp written in full, not yet renamed
         arm(os, "replace", lambda src, dst, *r: str(dst).endswith("dataset.json"))
-    chute.append_dataset(path, new)
+    if new.ndim == 1:  # ragged: record i is the first i % 5 values
+        chute.append_ragged(path, (new[: i % 5] for i in range(len(new))))
+    else:
+        chute.append_dataset(path, new)
     """
 )
 
@@ -142,3 +145,30 @@ def test_compact_clears_what_a_killed_append_left(tmp_path: Path) -> None:
     with RecordStore(path / "part-00002.zr") as last:
         assert len(last) == 5
     assert np.array_equal(Dataset(path)[:], OLD)
+
+
+def _seqs(n: int, offset: int) -> list[np.ndarray]:
+    return [np.arange(offset, offset + i % 5, dtype=np.int32) for i in range(n)]
+
+
+@pytest.mark.parametrize(("target", "k"), [("append_packed", 2), ("fsync_shard", 2), ("rename", 1)])
+def test_kill_9_during_a_ragged_append(tmp_path: Path, target: str, k: int) -> None:
+    path = tmp_path / "r"
+    old = _seqs(25, 100)
+    chute.write_ragged(path, old, shard_records=10).close()
+    new = np.arange(7, dtype=np.int32)  # the child appends new[: i % 5] for i < 7, ...
+    np.save(tmp_path / "new.npy", np.resize(new, 27))
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path), target, str(k), str(tmp_path / "new.npy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -9, child.stderr
+    values, splits = chute.RaggedDataset(path)[:]
+    assert len(splits) == 26 and np.array_equal(values, np.concatenate(old))
+    added = [np.resize(new, 27)[: i % 5] for i in range(27)]
+    ds = append_ragged(path, added)
+    values, _ = ds[:]
+    assert len(ds) == 52 and np.array_equal(values, np.concatenate(old + added))
+    assert cli(["verify", str(path)]) == 0
