@@ -153,8 +153,10 @@ def test_bad_arguments_are_clear_errors() -> None:
         Sampler(10.0, 2)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="step"):
         Sampler(10, 2).seek(-1)
-    with pytest.raises(OverflowError, match="step"):
+    with pytest.raises(ValueError, match="step"):
         Sampler(10, 2).indices(-1)
+    with pytest.raises(TypeError, match="step must be an int"):
+        Sampler(10, 2).indices(1.5)  # type: ignore[arg-type]
 
 
 def test_numpy_integers_are_accepted() -> None:

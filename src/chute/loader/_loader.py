@@ -1,0 +1,190 @@
+"""The endless step loader: dict batches keyed by step, gathered ahead by worker threads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chute._sharding import Shard, resolve_shard
+from chute.loader._evaluate import EvalPass, Last
+from chute.loader._pipeline import Pipeline
+from chute.loader._renamed import translate
+from chute.loader._streams import Batch, Stream, as_streams, check_streams
+from chute.loader._subset import IndexSet
+from chute.sampler import Sampler, SamplerLike, SamplerMode, _check_u64
+
+_STATE_VERSION = 2
+_DEFAULT_BATCH = 256
+_CHECKED = ("seed", "sampler", "batch_size", "length", "indices")
+
+
+def _make_sampler(
+    sampler: SamplerMode | SamplerLike, length: int, batch_size: int | None, seed: int | None
+) -> SamplerLike:
+    """The loader's sampler over ``length`` positions, from a mode name or a sampler object."""
+    if isinstance(sampler, str):
+        return Sampler(length, _DEFAULT_BATCH if batch_size is None else batch_size, sampler,
+                       0 if seed is None else seed)  # fmt: skip
+    if isinstance(sampler, (int, np.integer)) and not isinstance(sampler, bool):
+        raise ValueError(
+            f"sampler={sampler!r}: chute names the modes sampler='sequential', 'iid' or 'cyclic' "
+            "(loaderx's mode codes 0, 1, 2); loaderx's positional order differs from chute's, "
+            "so pass DataLoader arguments by name"
+        )
+    if not isinstance(sampler, SamplerLike):
+        raise TypeError(
+            f"sampler= takes 'sequential', 'iid', 'cyclic' or a sampler object (length, "
+            f"batch_size, step, seek, indices(step, start, stop)), got {type(sampler).__name__}"
+        )
+    if seed is not None:
+        raise TypeError("seed= goes to the sampler object itself, not to the DataLoader")
+    if batch_size is not None and batch_size != sampler.batch_size:
+        raise ValueError(
+            f"batch_size={batch_size} differs from the sampler's batch_size "
+            f"{sampler.batch_size}; leave batch_size= out when passing a sampler object"
+        )
+    if sampler.length != length:
+        raise ValueError(
+            f"the sampler draws from {sampler.length} positions, the loader has {length} "
+            "records (the streams' length, or len(indices) with indices=)"
+        )
+    return sampler
+
+
+class DataLoader(Pipeline):
+    """Yields dict batches forever; the batch at step s depends only on (configuration, s).
+
+    A stream is anything with ``__len__`` and a batch ``__getitems__(indices)``; numpy arrays
+    are accepted as they are. Every stream is gathered at the same indices, so record i lines
+    up across streams. ``num_threads`` workers gather and collate up to ``prefetch`` steps
+    ahead, yet batches come out in step order, so the stream of batches is the same for any
+    threading. ``transform`` is the collate (a batch dict in, a batch dict out) and runs on the
+    workers. An error raised by a gather or the transform is re-raised by ``next()`` with its
+    original traceback.
+
+    ``sampler`` is a mode name (``"cyclic"``, ``"iid"``, ``"sequential"``, drawn with
+    ``batch_size`` and ``seed``) or a sampler object such as `WeightedSampler`, which carries
+    its own batch size and seed. ``indices=`` restricts the loader to those records (a
+    held-out split, say): the sampler then draws positions in ``[0, len(indices))``.
+
+    ``batch_size`` is the global batch. With ``shard=(index, count)`` each process gets its own
+    contiguous ``batch_size // count`` slice of it, so all processes together read exactly the
+    unsharded stream, and a run can resume on a different number of processes.
+
+    >>> loader = DataLoader({"x": np.arange(10)}, batch_size=4, sampler="sequential")
+    >>> next(loader)["x"].tolist(), loader.step
+    ([0, 1, 2, 3], 1)
+    >>> loader.close()
+    """
+
+    def __init__(
+        self,
+        streams: Mapping[str, Stream | npt.NDArray[Any]],
+        batch_size: int | None = None,
+        sampler: SamplerMode | SamplerLike = "cyclic",
+        seed: int | None = None,
+        start_step: int | None = None,
+        num_threads: int | None = None,
+        prefetch: int | None = None,
+        transform: Callable[[Batch], Batch] | None = None,
+        shard: Shard = None,
+        *,
+        indices: npt.ArrayLike | None = None,
+        **renamed: Any,
+    ) -> None:
+        if renamed:
+            given: dict[str, Any] = {"num_threads": num_threads, "prefetch": prefetch}
+            given["sampler"] = None if sampler == "cyclic" else sampler
+            moved = translate(renamed, given)
+            num_threads = moved.get("num_threads", num_threads)
+            prefetch = moved.get("prefetch", prefetch)
+            sampler = moved.get("sampler", sampler)
+        super().__init__(as_streams(streams), num_threads, 4 if prefetch is None else prefetch,
+                         transform)  # fmt: skip
+        length = check_streams(self.streams)
+        self.subset = None if indices is None else IndexSet(indices, length)
+        space = length if self.subset is None else len(self.subset)
+        self.sampler: SamplerLike = _make_sampler(sampler, space, batch_size, seed)
+        if start_step is not None:
+            self.sampler.seek(start_step)
+        self.shard = resolve_shard(shard, self.sampler.batch_size)
+        index, count = self.shard
+        share = self.sampler.batch_size // count
+        self._slice = (index * share, (index + 1) * share)
+
+    @property
+    def step(self) -> int:
+        """The step of the batch the next ``next()`` returns (the sampler's step)."""
+        return self.sampler.step
+
+    def _move(self, step: int) -> None:
+        self.sampler.seek(step)
+
+    @property
+    def batch_size(self) -> int:
+        """The global batch size (all shards together)."""
+        return self.sampler.batch_size
+
+    def _plan(self, step: int) -> tuple[npt.NDArray[np.uint64], Mapping[str, Any]]:
+        positions = self.sampler.indices(step, *self._slice)
+        return (positions if self.subset is None else self.subset.map(positions)), {}
+
+    def epoch(self, batch_size: int | None = None, last: Last = "partial") -> EvalPass:
+        """One finite, ordered pass over this loader's records (its ``indices=`` if any).
+
+        Same streams, transform, threads, prefetch and shard as the loader; see `iterate`.
+        """
+        return EvalPass(
+            self.streams,
+            self.batch_size if batch_size is None else batch_size,
+            indices=None if self.subset is None else self.subset.array,
+            last=last,
+            num_threads=self.num_threads,
+            prefetch=self.prefetch,
+            transform=self.transform,
+            shard=self.shard,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """A small JSON-able record of where the global stream stands."""
+        s = self.sampler
+        return {
+            "version": _STATE_VERSION,
+            "step": self.step,
+            "seed": getattr(s, "seed", None),
+            "sampler": s.fingerprint() if hasattr(s, "fingerprint") else type(s).__qualname__,
+            "batch_size": s.batch_size,
+            "length": len(next(iter(self.streams.values()))),
+            "indices": None if self.subset is None else self.subset.fingerprint,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume at the state's step; refuses a state from a different stream of batches."""
+        if (
+            not isinstance(state, Mapping)
+            or state.get("version") not in (1, _STATE_VERSION)
+            or "step" not in state
+        ):
+            raise ValueError(f"not a chute DataLoader state (version {_STATE_VERSION}): {state}")
+        step = state["step"]
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+            raise TypeError(f"the saved step must be an int, got {step!r}")
+        step = _check_u64("the saved step", int(step))
+        ours = self.state_dict()
+        clashes = {
+            key: (state.get(key), ours[key]) for key in _CHECKED if state.get(key) != ours[key]
+        }
+        if clashes:
+            detail = ", ".join(f"{k}: saved {s!r}, loader {o!r}" for k, (s, o) in clashes.items())
+            raise ValueError(f"the saved state belongs to a different stream of batches ({detail})")
+        self.seek(step)
+
+    def __repr__(self) -> str:
+        subset = "" if self.subset is None else f", indices={self.subset.fingerprint}"
+        return (
+            f"DataLoader(streams={list(self.streams)}, {self.sampler!r}{subset}, "
+            f"shard={self.shard}, num_threads={self.num_threads}, prefetch={self.prefetch})"
+        )
