@@ -47,6 +47,7 @@ class StoreView:
             )
             raise StoreKindError(f"{path} holds {kind} records: open it with {opener}")
         self._path = path
+        self._opened_at = path.absolute()  # what a pickled copy reopens, whatever its cwd
         self._verify = verify
         self._threads = threads
         self._schema = schema
@@ -80,8 +81,7 @@ class StoreView:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as its path and options: the copy (in a worker process, say) reopens the
         store by path, so the store must be reachable there."""
-        path = str(self._path.absolute())
-        return (_reopen, (type(self), path, self._verify, self._threads))
+        return (_reopen, (type(self), str(self._opened_at), self._verify, self._threads))
 
     def close(self) -> None:
         self._store.close()
