@@ -126,3 +126,14 @@ def test_a_finished_pass_holds_no_threads() -> None:
     list(p)
     new = [t for t in threading.enumerate() if t.ident not in before]
     assert not [t for t in new if t.name.startswith("chute-loader")]
+
+
+def test_train_val_example_runs() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "train_val.py"
+    proc = subprocess.run([sys.executable, str(example)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "100 steps, resumed at 60: identical" in proc.stdout
