@@ -66,6 +66,11 @@ class StoreView:
         return self._dtype
 
     @property
+    def codec(self) -> str:
+        """The codec named in schema.json (what the records were written with)."""
+        return str(self._schema.get("codec", "zstd"))
+
+    @property
     def item_shape(self) -> tuple[int, ...]:
         """The shape of one record (of one row, for variable-length records)."""
         return self._item_shape

@@ -188,11 +188,6 @@ class RaggedDataset(StoreView):
         if self._row_bytes == 0:
             self.close()
             raise CorruptStoreError(f"{self._path}/schema.json describes zero-byte rows")
-        self._codec = str(self._schema.get("codec", "zstd"))
-
-    @property
-    def codec(self) -> str:
-        return self._codec
 
     def _indices(self, key: Any) -> npt.NDArray[np.int64]:
         n = len(self)
