@@ -49,6 +49,10 @@ def test_split_depends_on_the_seed_and_checks_its_arguments() -> None:
         chute.split(10, [])
     with pytest.raises(ValueError, match="positive int"):
         chute.split(0, [1.0])
+    with pytest.raises(ValueError, match="numbers in"):
+        chute.split(10, [True, False])
+    sizes = [len(p) for p in chute.split(np.int64(10), np.array([0.3, 0.7], np.float32))]
+    assert sizes == [3, 7]
 
 
 def _streams() -> dict[str, Any]:

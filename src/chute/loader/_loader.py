@@ -104,7 +104,7 @@ class DataLoader(Pipeline):
             sampler = moved.get("sampler", sampler)
         super().__init__(as_streams(streams), num_threads, 4 if prefetch is None else prefetch,
                          transform)  # fmt: skip
-        length = check_streams(self.streams)
+        self._length = length = check_streams(self.streams)
         self.subset = None if indices is None else IndexSet(indices, length)
         space = length if self.subset is None else len(self.subset)
         self.sampler: SamplerLike = _make_sampler(sampler, space, batch_size, seed)
@@ -157,7 +157,7 @@ class DataLoader(Pipeline):
             "seed": getattr(s, "seed", None),
             "sampler": s.fingerprint() if hasattr(s, "fingerprint") else type(s).__qualname__,
             "batch_size": s.batch_size,
-            "length": len(next(iter(self.streams.values()))),
+            "length": self._length,
             "indices": None if self.subset is None else self.subset.fingerprint,
         }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,9 +61,10 @@ def split(n: int, fractions: Sequence[float], seed: int = 0) -> list[npt.NDArray
         raise ValueError(f"n must be a positive int, got {n!r}")
     parts: list[Any] = list(fractions)
     if not parts or any(
-        isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1 for f in parts
+        isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0 <= f <= 1 for f in parts
     ):
         raise ValueError(f"fractions must be numbers in [0, 1], got {fractions!r}")
+    parts = [float(f) for f in parts]
     if not math.isclose(math.fsum(parts), 1.0, abs_tol=1e-9):
         raise ValueError(f"fractions must add up to 1, got {math.fsum(parts)}")
     order = Sampler(int(n), int(n), "cyclic", seed).indices(0).astype(np.int64)
