@@ -97,7 +97,7 @@ class DataLoader(Pipeline):
     ) -> None:
         if renamed:
             given: dict[str, Any] = {"num_threads": num_threads, "prefetch": prefetch}
-            given["sampler"] = None if sampler == "cyclic" else sampler
+            given["sampler"] = None if isinstance(sampler, str) and sampler == "cyclic" else sampler
             moved = translate(renamed, given)
             num_threads = moved.get("num_threads", num_threads)
             prefetch = moved.get("prefetch", prefetch)
