@@ -59,12 +59,12 @@ def split(n: int, fractions: Sequence[float], seed: int = 0) -> list[npt.NDArray
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
-    parts: list[Any] = list(fractions)
-    if not parts or any(
-        isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0 <= f <= 1 for f in parts
-    ):
+    given: list[Any] = list(fractions)
+    if not given or any(isinstance(f, bool) or not isinstance(f, numbers.Real) for f in given):
         raise ValueError(f"fractions must be numbers in [0, 1], got {fractions!r}")
-    parts = [float(f) for f in parts]
+    parts = [float(f) for f in given]
+    if not all(0 <= f <= 1 for f in parts):
+        raise ValueError(f"fractions must be numbers in [0, 1], got {fractions!r}")
     if not math.isclose(math.fsum(parts), 1.0, abs_tol=1e-9):
         raise ValueError(f"fractions must add up to 1, got {math.fsum(parts)}")
     order = Sampler(int(n), int(n), "cyclic", seed).indices(0).astype(np.int64)
