@@ -173,7 +173,8 @@ class Sampler(StepSampler):
         if mode == "cyclic" and self.batch_size > self.length:
             raise ValueError(
                 f"a cyclic batch of {self.batch_size} cannot be drawn without replacement "
-                f"from {self.length} indices; use sampler='iid' or a smaller batch"
+                f"from {self.length} indices; draw with replacement (sampler='iid') or use "
+                "a smaller batch"
             )
         self.mode: SamplerMode = mode
         self._code = _MODES[mode]
