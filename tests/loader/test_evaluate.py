@@ -137,3 +137,33 @@ def test_train_val_example_runs() -> None:
     proc = subprocess.run([sys.executable, str(example)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "100 steps, resumed at 60: identical" in proc.stdout
+
+
+@pytest.mark.parametrize("last", ["partial", "pad"])
+def test_a_pass_resumes_exactly_from_its_state(last: str) -> None:
+    import json
+
+    members = chute.split(N, [0.5, 0.5], seed=4)[0]
+    whole = list(iterate(_streams(), 8, indices=members, last=last))  # type: ignore[arg-type]
+    got: list[dict[str, Any]] = []
+    state = None
+    for stop, threads in [(2, 1), (0, 3), (3, 2), (100, 1)]:
+        with iterate(_streams(), 8, indices=members, last=last, num_threads=threads) as p:  # type: ignore[arg-type]
+            if state is not None:
+                p.load_state_dict(state)
+            for _ in range(stop):
+                batch = next(p, None)
+                if batch is None:
+                    break
+                got.append(batch)
+            state = json.loads(json.dumps(p.state_dict()))
+    assert len(got) == len(whole)
+    for a, b in zip(got, whole, strict=True):
+        np.testing.assert_array_equal(a["y"], b["y"])
+    other = iterate(_streams(), 8, last=last)  # type: ignore[arg-type]
+    with other, pytest.raises(ValueError, match="indices: saved"):
+        other.load_state_dict(state)
+    with DataLoader(_streams(), 8) as dl:
+        loader_state = dl.state_dict()
+    with iterate(_streams(), 8) as p, pytest.raises(ValueError, match="not a chute EvalPass"):
+        p.load_state_dict(loader_state)

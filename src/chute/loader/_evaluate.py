@@ -37,7 +37,7 @@ class EvalPass(Pipeline):
         shard: Shard = None,
     ) -> None:
         super().__init__(as_streams(streams), num_threads, prefetch, transform)
-        length = check_streams(self.streams)
+        self._records = length = check_streams(self.streams)
         if last not in get_args(Last):
             raise ValueError(f"last must be one of {get_args(Last)}, got {last!r}")
         if last == "pad" and MASK in self.streams:
@@ -70,6 +70,14 @@ class EvalPass(Pipeline):
 
     def __len__(self) -> int:
         return self.steps
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "pass": self.last,
+            "batch_size": self.batch_size,
+            "length": self._records,
+            "indices": None if self.subset is None else self.subset.fingerprint,
+        }
 
     def _plan(self, step: int) -> tuple[npt.NDArray[np.uint64], Mapping[str, Any]]:
         if not 0 <= step < self.steps:

@@ -14,11 +14,9 @@ from chute.loader._pipeline import Pipeline
 from chute.loader._renamed import translate
 from chute.loader._streams import Batch, Stream, as_streams, check_streams
 from chute.loader._subset import IndexSet
-from chute.sampler import Sampler, SamplerLike, SamplerMode, _check_u64
+from chute.sampler import Sampler, SamplerLike, SamplerMode
 
-_STATE_VERSION = 2
 _DEFAULT_BATCH = 256
-_CHECKED = ("seed", "sampler", "batch_size", "length", "indices")
 
 
 def _make_sampler(
@@ -79,6 +77,8 @@ class DataLoader(Pipeline):
     ([0, 1, 2, 3], 1)
     >>> loader.close()
     """
+
+    _STATE_VERSIONS = (2, 1)  # version 1 states (before subsets) still load
 
     def __init__(
         self,
@@ -148,39 +148,15 @@ class DataLoader(Pipeline):
             shard=self.shard,
         )
 
-    def state_dict(self) -> dict[str, Any]:
-        """A small JSON-able record of where the global stream stands."""
+    def _config(self) -> dict[str, Any]:
         s = self.sampler
         return {
-            "version": _STATE_VERSION,
-            "step": self.step,
             "seed": getattr(s, "seed", None),
             "sampler": s.fingerprint() if hasattr(s, "fingerprint") else type(s).__qualname__,
             "batch_size": s.batch_size,
             "length": self._length,
             "indices": None if self.subset is None else self.subset.fingerprint,
         }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume at the state's step; refuses a state from a different stream of batches."""
-        if (
-            not isinstance(state, Mapping)
-            or state.get("version") not in (1, _STATE_VERSION)
-            or "step" not in state
-        ):
-            raise ValueError(f"not a chute DataLoader state (version {_STATE_VERSION}): {state}")
-        step = state["step"]
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
-            raise TypeError(f"the saved step must be an int, got {step!r}")
-        step = _check_u64("the saved step", int(step))
-        ours = self.state_dict()
-        clashes = {
-            key: (state.get(key), ours[key]) for key in _CHECKED if state.get(key) != ours[key]
-        }
-        if clashes:
-            detail = ", ".join(f"{k}: saved {s!r}, loader {o!r}" for k, (s, o) in clashes.items())
-            raise ValueError(f"the saved state belongs to a different stream of batches ({detail})")
-        self.seek(step)
 
     def __repr__(self) -> str:
         subset = "" if self.subset is None else f", indices={self.subset.fingerprint}"
