@@ -14,14 +14,17 @@ from chute.errors import (
     ChuteError,
     CorruptStoreError,
     IncompleteDatasetError,
+    RecordIndexError,
+    SchemaMismatchError,
     StoreClosedError,
     StoreError,
+    StoreKindError,
     StoreLockedError,
     StoreNotFoundError,
 )
-from chute.loader import DataLoader
+from chute.loader import DataLoader, EvalPass, iterate, split
 from chute.ragged import RaggedDataset, pad, write_ragged
-from chute.sampler import Sampler
+from chute.sampler import Sampler, SamplerLike, StepSampler, WeightedSampler
 from chute.store import Codec, RecordStore
 
 __all__ = [
@@ -31,17 +34,26 @@ __all__ = [
     "CorruptStoreError",
     "DataLoader",
     "Dataset",
+    "EvalPass",
     "IncompleteDatasetError",
     "RaggedDataset",
+    "RecordIndexError",
     "RecordStore",
     "Sampler",
+    "SamplerLike",
+    "SchemaMismatchError",
+    "StepSampler",
     "StoreClosedError",
     "StoreError",
+    "StoreKindError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "WeightedSampler",
     "append_dataset",
     "append_ragged",
+    "iterate",
     "pad",
+    "split",
     "write_dataset",
     "write_ragged",
 ]

@@ -172,3 +172,27 @@ def test_kill_9_during_a_ragged_append(tmp_path: Path, target: str, k: int) -> N
     values, _ = ds[:]
     assert len(ds) == 52 and np.array_equal(values, np.concatenate(old + added))
     assert cli(["verify", str(path)]) == 0
+
+
+def test_write_with_mode_a_appends_to_a_sharded_dataset(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    write_dataset(path, OLD, mode="a", shard_records=10).close()  # creates it
+    ds = write_dataset(path, NEW, mode="a")  # shards found: an append
+    assert [n for _, n in read_manifest(path).shards] == [10, 10, 10, 10, 10, 2]
+    assert np.array_equal(ds[:], np.concatenate([OLD, NEW]))
+    with pytest.raises(ValueError, match="shard_records=10"):
+        write_dataset(path, NEW, mode="a", shard_records=20)
+    with pytest.raises(ValueError, match="codec"):
+        write_dataset(path, NEW, mode="a", codec="raw")
+    with pytest.raises(ValueError, match="pick one"):
+        write_dataset(path, NEW, mode="a", overwrite=True)
+    with pytest.raises(FileExistsError, match="mode='a'"):
+        write_dataset(path, NEW, shard_records=10)
+    write_dataset(tmp_path / "single", OLD).close()
+    with pytest.raises(chute.StoreError, match="single store"):
+        write_dataset(tmp_path / "single", NEW, mode="a", shard_records=10)
+    seqs = [np.arange(i % 4, dtype=np.int16) for i in range(9)]
+    chute.write_ragged(tmp_path / "r", seqs[:5], shard_records=3).close()
+    r = chute.write_ragged(tmp_path / "r", seqs[5:], mode="a")
+    assert [n for _, n in read_manifest(tmp_path / "r").shards] == [3, 3, 3]
+    assert np.array_equal(r[:][0], np.concatenate(seqs))

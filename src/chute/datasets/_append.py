@@ -1,4 +1,5 @@
-"""Appending to a sharded dataset: `append_dataset` (fixed-shape rows), `append_ragged`."""
+"""Writing to a sharded dataset: `append_dataset` (fixed-shape rows), `append_ragged`, and
+the sharded path of `write_dataset` / `write_ragged` (`write_sharded`)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from chute.datasets._manifest import is_sharded, read_manifest
 from chute.datasets._write import (
     Rows,
     append_shards,
     check_appendable,
     fixed_payloads,
     ragged_payloads,
+    remove_dataset_files,
+    write_shards,
 )
+from chute.errors import StoreError
 from chute.store import Codec, RecordStore
-from chute.store._format import parse_codec
+from chute.store._format import codec_name, parse_codec
 
 if TYPE_CHECKING:
     from chute.dataset import Dataset
@@ -112,3 +117,58 @@ def append_ragged(
 
 def _codec(schema: dict[str, Any]) -> Codec:
     return parse_codec(str(schema.get("codec", "zstd")))
+
+
+def write_sharded(
+    path: Path,
+    kind: str,
+    source: Any,
+    *,
+    mode: str,
+    overwrite: bool,
+    shard_records: int | None,
+    workers: int | None,
+    options: dict[str, Any],
+) -> None:
+    """`write_dataset` / `write_ragged` for a sharded dataset: ``mode="a"`` on one appends
+    (`append_dataset` / `append_ragged`), otherwise shards of ``shard_records`` are written
+    anew (``source`` is the array, or the checked records)."""
+    if mode not in ("w", "a"):
+        raise ValueError(f"mode must be 'w' (write a new store) or 'a' (append), got {mode!r}")
+    if mode == "a" and overwrite:
+        raise ValueError("overwrite=True replaces the dataset and mode='a' appends to it: pick one")
+    if mode == "a" and is_sharded(path):
+        manifest = read_manifest(path)
+        if shard_records is not None and shard_records != manifest.shard_records:
+            raise ValueError(
+                f"{path} has shard_records={manifest.shard_records}; appending keeps it"
+            )
+        stored, codec = str(manifest.schema.get("codec", "zstd")), options.get("codec")
+        if codec is not None and codec_name(parse_codec(codec)) != stored:
+            raise ValueError(
+                f"{path} is written with codec {stored!r}; appending keeps it (leave codec= out)"
+            )
+        append = append_dataset if kind == "fixed" else append_ragged
+        append(path, source, workers=workers).close()
+        return
+    if shard_records is None:
+        raise ValueError(f"{path} is a single store: shard_records= cannot be left out here")
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        if mode == "a":
+            raise StoreError(f"{path} holds a single store, not shards: append without shards")
+        if not overwrite:
+            raise FileExistsError(
+                f"{path} exists and is not empty; pass mode='a' to append to it or "
+                "overwrite=True to replace it"
+            )
+        remove_dataset_files(path)
+    options = {**options, "codec": options.get("codec") or "zstd"}
+    if kind == "fixed":
+        payloads: Iterable[Any] = fixed_payloads(source, shard_records)
+        empty: Any = np.asarray(source[:0])
+    else:
+        payloads = ragged_payloads(source, shard_records, lazy=workers in (None, 1))
+        empty = []
+    write_shards(
+        path, kind, payloads, empty, shard_records=shard_records, workers=workers, options=options
+    )
