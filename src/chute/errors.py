@@ -61,6 +61,8 @@ class ChecksumError(CorruptStoreError):
 
 class IncompleteDatasetError(CorruptStoreError):
     """A sharded dataset whose write has not finished: shards on disk but no manifest yet."""
+
+
 class StoreKindError(StoreError, ValueError):
     """The store holds the other kind of records: fixed-shape for `RaggedDataset`, or
     variable-length for `Dataset` (a ValueError, as in loaderx)."""

@@ -275,3 +275,13 @@ def test_workers_map_a_memory_mapped_npy_by_name(tmp_path: Path) -> None:
     assert np.array_equal(ds[:], src)
     rows = pickle.loads(pickle.dumps(Rows(src, 10, 20, np.dtype(np.int16))))  # not mapped
     assert rows.dtype == np.int16 and np.array_equal(rows[:], src[10:20])
+
+
+def test_a_sharded_view_pickles_by_path(sharded: Path) -> None:
+    import pickle
+
+    ds = Dataset(sharded, threads=2)
+    copy = pickle.loads(pickle.dumps(ds))
+    assert isinstance(copy.store, ShardedStore) and copy.store.opened_shards == ()
+    assert np.array_equal(copy[[102, 0, 55]], ROWS[[102, 0, 55]])
+    assert copy.ndim == 2 and copy.nbytes == ROWS.nbytes
