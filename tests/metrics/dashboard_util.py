@@ -10,14 +10,17 @@ import numpy as np
 import chute.metrics as cm
 
 
-def write_run(path, steps=300, *, scale=300.0, finish=False, text=True, seed=0):
+def write_run(path, steps=300, *, scale=300.0, finish=False, text=True, seed=0, warmup=50):
     """A run with loss (decaying), walltime (increasing), lr (schedule), acc (every 10)."""
     rng = np.random.default_rng(seed)
     w = cm.DirectWriter(path)
     w.set_config({"lr": 1e-3, "seed": seed})
     for s in range(steps):
-        w.write(loss=float(np.exp(-s / scale) + abs(rng.normal(0, 0.01))), walltime=100.0 + s,
-                lr=float(min(1.0, (s + 1) / 50)))
+        w.write(
+            loss=float(np.exp(-s / scale) + abs(rng.normal(0, 0.01))),
+            walltime=100.0 + s,
+            lr=float(min(1.0, (s + 1) / warmup)),
+        )
         if s % 10 == 0:
             w.write(acc=float(1 - np.exp(-s / 100)))
             if text:

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 pytest.importorskip("starlette")
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.testclient import TestClient
 
-import chute.metrics as cm  # noqa: E402
-from chute.metrics import _source  # noqa: E402
-from chute.metrics._smooth import ema  # noqa: E402
-from chute.metrics.dashboard import create_app  # noqa: E402
+import chute.metrics as cm
+from chute.metrics import _source
+from chute.metrics._smooth import ema
+from chute.metrics.dashboard import create_app
 
-from .dashboard_util import raw_run, write_run  # noqa: E402
+from .dashboard_util import raw_run, write_run
 
 
 def client(*paths):
@@ -136,7 +136,10 @@ def test_hot_rows_of_a_compacting_writer_are_served(tmp_path):
         with client(tmp_path) as c:
             (run,) = runs_by_name(c).values()
             assert run["last_step"] == 6 and run["status"] == "live"
-            ms = {m["name"]: m["dtype"] for m in c.get(f"/api/runs/{run['id']}/metrics").json()["metrics"]}
+            ms = {
+                m["name"]: m["dtype"]
+                for m in c.get(f"/api/runs/{run['id']}/metrics").json()["metrics"]
+            }
             assert ms["tag"] == "jsonl" and ms["loss"] != "jsonl"
             s = c.get(f"/api/runs/{run['id']}/series", params={"metric": ["loss", "tag"]}).json()
             assert s["series"]["loss"]["y"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
@@ -200,6 +203,8 @@ def test_x_axis_can_be_a_monotonic_metric(tree):
         url = f"/api/runs/{a['id']}/series"
         s = c.get(url, params={"metric": "acc", "x": "walltime"}).json()["series"]["acc"]
         assert s["x"] == [100.0 + k for k in range(0, 300, 10)]
+        same = c.get(url, params={"metric": "walltime", "x": "walltime"}).json()["series"]
+        assert same["walltime"]["x"] == same["walltime"]["y"] == [100.0 + k for k in range(300)]
         bad = c.get(url, params={"metric": "walltime", "x": "loss"}).json()["series"]["walltime"]
         assert "does not increase" in bad["error"]
         txt = c.get(url, params={"metric": "note"}).json()["series"]["note"]
@@ -290,8 +295,9 @@ def test_the_page_and_its_vendored_assets_are_served(tmp_path):
 def test_listing_many_runs_reads_few_columns(tmp_path, monkeypatch):
     names = [f"m{k:03d}" for k in range(60)]
     for i in range(25):
-        raw_run(tmp_path / f"run{i:02d}",
-                {n: (np.arange(50), np.ones(50, np.float32)) for n in names})
+        raw_run(
+            tmp_path / f"run{i:02d}", {n: (np.arange(50), np.ones(50, np.float32)) for n in names}
+        )
     touched: set[str] = set()
     real_open, real_fromfile = open, np.fromfile
 
@@ -316,7 +322,9 @@ def test_listing_many_runs_reads_few_columns(tmp_path, monkeypatch):
 
 
 def test_chute_does_not_import_the_dashboard():
-    code = ("import sys, chute, chute.metrics, chute.metrics._cli; "
-            "bad = [m for m in sys.modules if 'dashboard' in m or m.split('.')[0] in "
-            "('starlette', 'uvicorn')]; assert not bad, bad")
+    code = (
+        "import sys, chute, chute.metrics, chute.metrics._cli; "
+        "bad = [m for m in sys.modules if 'dashboard' in m or m.split('.')[0] in "
+        "('starlette', 'uvicorn')]; assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -143,7 +143,10 @@ def test_clear_errors_for_text_missing_and_ambiguous_names(tmp_path, capsys):
     assert "no positional" in capsys.readouterr().err
     # a metric only some runs have: drawn for those, the others named on stderr
     assert main(["plot", str(a), str(b), "-m", "note", "-o", out]) == 1  # text in a
-    assert main(["plot", str(b), str(a), "-m", "loss", "--x", "walltime", "-o", out]) == 0
+    assert (
+        main(["plot", str(b), str(a), "-m", "loss", "-m", "walltime", "--x", "walltime", "-o", out])
+        == 0
+    )
     assert os.path.exists(out)
 
 

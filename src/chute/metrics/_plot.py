@@ -32,12 +32,14 @@ def _curve(r: Reader, name: str, x: str, run: str) -> tuple[np.ndarray[Any, Any]
     else:
         if x not in r.metrics():
             raise ValueError(f"run {run!r} has no metric {x!r} to use as the x axis")
-        _steps, cols = r.table([x, name], on=x, dtype="storage")
+        _steps, cols = r.table(dict.fromkeys([x, name]), on=x, dtype="storage")
         xs, y = cols[x], cols[name]
         if xs.dtype == object:
             raise ValueError(f"x metric {x!r} of run {run!r} holds text, not numbers")
     if y.dtype == object:
-        raise ValueError(f"metric {name!r} of run {run!r} holds text, not numbers; it cannot be plotted")
+        raise ValueError(
+            f"metric {name!r} of run {run!r} holds text, not numbers; it cannot be plotted"
+        )
     return xs.astype(np.float64), y.astype(np.float64)
 
 
@@ -73,8 +75,10 @@ def plot_runs(
     try:
         supported = fig.canvas.get_supported_filetypes()
         if fmt not in supported:
-            raise ValueError(f"cannot write {output!r}: unknown image type {fmt!r} "
-                             f"(one of {', '.join(sorted(supported))})")
+            raise ValueError(
+                f"cannot write {output!r}: unknown image type {fmt!r} "
+                f"(one of {', '.join(sorted(supported))})"
+            )
         missing = _draw(axes[:, 0], runs, metrics, x=x, smooth=smooth, logy=logy)
         fig.tight_layout()
         _save(fig, output, fmt)
@@ -108,7 +112,9 @@ def _draw(
                     ax.plot(xs[keep], y[keep], color=color, linewidth=1.2, label=label)
                 drawn += 1
             if not drawn:
-                raise ValueError(f"no run has a metric {name!r} (`chute metrics ls RUN` lists them)")
+                raise ValueError(
+                    f"no run has a metric {name!r} (`chute metrics ls RUN` lists them)"
+                )
             if logy:
                 ax.set_yscale("log")
             ax.set_title(name + (f"  (EMA {smooth})" if smooth > 0 else ""), fontsize="medium")

@@ -1,4 +1,4 @@
-"""Curve helpers shared by the PNG plots and the dashboard: EMA smoothing, extreme-keeping thinning."""
+"""Curve helpers for the PNG plots and the dashboard: EMA smoothing, extreme-keeping thinning."""
 
 from __future__ import annotations
 

@@ -115,7 +115,7 @@ class Run:
                     raise NotServed(f"metric {name!r} of run {self.name!r} leaves the run")
 
     def _finished_dir(self) -> bool:
-        """Whether finish() sealed this folder run: it alone writes `run_rows` (cached per state)."""
+        """Whether finish() sealed this folder run (only it writes `run_rows`); cached per state."""
         if self._sealed is None or self._sealed[0] != self.state:
             try:
                 with open(os.path.join(self.state[1], F.MANIFEST), "rb") as f:
@@ -148,13 +148,11 @@ class Run:
                 if step > last:
                     last, lead = step, name
         self.lead = lead
-        files = [f for f in self.state[2:] if isinstance(f, tuple)] if kind == "dir" else []
+        files: list[tuple[float, int] | None] = list(self.state[2:])
         if kind == "dir" and lead is not None:
             code = manifest.get(lead, {}).get("dtype")
             if code:
                 files.append(_mtime(os.path.join(self.state[1], F.value_file(lead, code))))
-        if kind == "zip":
-            files.append(self.state[2])
         wrote = max((f[0] for f in files if f), default=None)
         status = "finished" if finished else "live"
         if not finished and wrote is not None and time.time() - wrote > IDLE_AFTER_S:

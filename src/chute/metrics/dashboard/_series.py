@@ -63,7 +63,7 @@ def read_series(
     else:
         if x not in r.metrics():
             raise SeriesError(f"this run has no metric {x!r} for the x axis")
-        steps, cols = r.table([x, name], on=x, dtype="storage", **sel)
+        steps, cols = r.table(dict.fromkeys([x, name]), on=x, dtype="storage", **sel)
         xs, y = _numbers(cols[x], x), cols[name]
     y = _numbers(y, name)
     if xs.dtype.kind == "f":

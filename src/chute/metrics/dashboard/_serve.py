@@ -44,8 +44,10 @@ def serve(
         raise
     url = url_of(sock)
     if not _is_loopback(host):
-        print(f"warning: serving on {host}: anyone who can reach it can read these runs",
-              file=sys.stderr)
+        print(
+            f"warning: serving on {host}: anyone who can reach it can read these runs",
+            file=sys.stderr,
+        )
     print(f"chute metrics dashboard at {url}", flush=True)
     if open_browser:
         threading.Timer(0.5, webbrowser.open, args=(url,)).start()

@@ -192,7 +192,7 @@
 
     draw() {
       const tables = [], series = [{ label: state.x }], errors = [];
-      let lastX = null;
+      const lastX = {}; // run name -> last x drawn
       const clean = (a) => (state.logy ? a.map((v) => (v > 0 ? v : null)) : a);
       for (const run of selectedRuns()) {
         const c = this.curves.get(run.id);
@@ -209,8 +209,7 @@
           tables.push([c.x, clean(c.y)]);
           series.push({ label: name, stroke: run.color, width: 1.3, value });
         }
-        const lx = c.x[c.x.length - 1];
-        if (lastX == null || lx > lastX) lastX = lx;
+        lastX[name] = c.x[c.x.length - 1];
       }
       this.errEl.textContent = errors.join("\n");
       if (!tables.length) {
@@ -226,7 +225,8 @@
         this.plot = new uPlot(plotOptions(series), data, this.plotEl);
         this.key = key;
       }
-      this.card.dataset.lastX = String(lastX);
+      this.card.dataset.logy = this.plot.scales.y.distr === 3 ? "1" : "0";
+      this.card.dataset.lastX = JSON.stringify(lastX);
       this.card.dataset.points = String(data[0].length);
     }
 
