@@ -39,6 +39,7 @@ def serve(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(2048)  # before the URL is printed: early clients queue instead of bouncing
     except OSError:
         sock.close()
         raise
