@@ -66,6 +66,17 @@ def test_unfinished_run_without_writes_for_long_is_idle(tmp_path):
         assert run["status"] == "idle" and abs(run["last_write"] - old) < 1
 
 
+def test_runs_created_later_appear_on_a_later_listing(tmp_path, monkeypatch):
+    monkeypatch.setattr("chute.metrics.dashboard._runs._RESCAN_S", 0.0)
+    write_run(tmp_path / "first", steps=5).close()
+    with client(tmp_path) as c:
+        assert set(runs_by_name(c)) == {"first"}
+        write_run(tmp_path / "later" / "second", steps=5).close()
+        runs = runs_by_name(c)
+        assert set(runs) == {"first", "later/second"}
+        assert runs["later/second"]["last_step"] == 4
+
+
 def test_a_run_path_given_directly_and_a_named_archive(tmp_path):
     write_run(tmp_path / "solo", steps=20, finish=True)
     os.rename(tmp_path / "solo" / "metrics.plattli", tmp_path / "renamed.plattli")

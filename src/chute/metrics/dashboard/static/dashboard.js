@@ -219,7 +219,10 @@
       const data = tables.length === 1 ? tables[0] : uPlot.join(tables);
       const key = JSON.stringify([series.map((s) => s.label + s.stroke), state.logy]);
       if (this.plot && this.key === key) {
-        this.plot.setData(data);
+        // keep a zoom the user dragged; otherwise rescale to take in the new rows
+        const prev = this.plot.data[0], sx = this.plot.scales.x;
+        const whole = !prev.length || (sx.min <= prev[0] && sx.max >= prev[prev.length - 1]);
+        this.plot.setData(data, whole);
       } else {
         if (this.plot) this.plot.destroy();
         this.plot = new uPlot(plotOptions(series), data, this.plotEl);
