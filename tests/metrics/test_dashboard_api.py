@@ -218,6 +218,8 @@ def test_x_axis_can_be_a_monotonic_metric(tree):
         assert same["walltime"]["x"] == same["walltime"]["y"] == [100.0 + k for k in range(300)]
         bad = c.get(url, params={"metric": "walltime", "x": "loss"}).json()["series"]["walltime"]
         assert "does not increase" in bad["error"]
+        lacking = c.get(url, params={"metric": "acc", "x": "tokens"}).json()["series"]["acc"]
+        assert lacking["error"] == "this run has no metric 'tokens' for the x axis"
         txt = c.get(url, params={"metric": "note"}).json()["series"]["note"]
         assert "text" in txt["error"]
 

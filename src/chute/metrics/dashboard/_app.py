@@ -17,7 +17,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .._reader import Reader
-from ._runs import NotServed, Run, RunIndex
+from ._runs import NotServed, Run, RunIndex, check_name
 from ._series import MAX_WIDTH, MIN_WIDTH, SeriesError, metric_kinds, read_series
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -105,8 +105,12 @@ def create_app(paths: list[str]) -> Starlette:
         x = q.get("x", "step")
 
         def work(r: Reader) -> dict[str, Any]:
-            for name in [*names, *([x] if x != "step" else [])]:
+            for name in names:
                 run.check_metric(r, name)
+            if x in r.metrics():
+                run.check_metric(r, x)
+            elif x != "step":  # an x this run lacks is an error on its charts, not a 404
+                check_name(x)
             out: dict[str, Any] = {}
             for name, after in zip(names, afters, strict=True):
                 try:

@@ -41,6 +41,14 @@ def _mtime(path: str) -> tuple[float, int] | None:
     return st.st_mtime, st.st_size
 
 
+def check_name(name: str) -> None:
+    """Refuse a name breaking the format's rules (absolute, `..`, NUL...) as not served."""
+    try:
+        F.check_name(name)
+    except ValueError as e:
+        raise NotServed(str(e)) from None
+
+
 @dataclass
 class Run:
     """One run: where it lives, its reader (opened on first use) and what it last looked like."""
@@ -101,10 +109,7 @@ class Run:
         """Refuse metric names that are not the run's, or whose files lead out of the run."""
         if name not in r.metrics():
             raise NotServed(f"no metric {name!r} in run {self.name!r}")
-        try:
-            F.check_name(name)
-        except ValueError as e:
-            raise NotServed(str(e)) from None
+        check_name(name)
         if self.state and self.state[0] == "dir":
             base = os.path.realpath(self.state[1])
             code = r.manifest().get(name, {}).get("dtype")
