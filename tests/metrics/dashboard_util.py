@@ -41,6 +41,7 @@ def raw_run(path, columns, *, finished=False):
     for name, (steps, values) in columns.items():
         values = np.asarray(values)
         code = {"float32": "f32", "float64": "f64", "int64": "i64"}[values.dtype.name]
+        os.makedirs(os.path.dirname(os.path.join(pdir, name)), exist_ok=True)
         np.asarray(steps, "<u4").tofile(os.path.join(pdir, name + ".indices"))
         values.astype(values.dtype.newbyteorder("<")).tofile(os.path.join(pdir, f"{name}.{code}"))
         manifest[name] = {"indices": "indices", "dtype": code}
