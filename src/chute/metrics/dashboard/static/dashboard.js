@@ -199,14 +199,18 @@
         if (!c) continue;
         if (c.error) { errors.push(`${run.info.name}: ${c.error}`); continue; }
         if (!c.x.length) continue;
+        const y = clean(c.y);
+        if (!y.some((v) => v != null)) {
+          errors.push(`${run.info.name}: ${state.logy ? "no positive values for a log axis" : "no finite values"}`);
+        }
         const value = (u, v) => fmtValue(v, c.dtype);
         const name = run.info.name;
         if (state.smooth > 0 && c.s) {
-          tables.push([c.x, clean(c.y), clean(c.s)]);
+          tables.push([c.x, y, clean(c.s)]);
           series.push({ label: `${name} (raw)`, stroke: run.color + "40", width: 1, class: "raw", value },
             { label: name, stroke: run.color, width: 1.6, value });
         } else {
-          tables.push([c.x, clean(c.y)]);
+          tables.push([c.x, y]);
           series.push({ label: name, stroke: run.color, width: 1.3, value });
         }
         lastX[name] = c.x[c.x.length - 1];
@@ -240,12 +244,17 @@
     }
   }
 
+  function yAxisSize(u, values) { // wide enough for the longest tick label
+    const longest = values ? Math.max(0, ...values.map((v) => String(v).length)) : 0;
+    return Math.max(40, 7 * longest + 18);
+  }
+
   function plotOptions(series) {
     return {
       width: plotWidth(), height: HEIGHT, series,
       scales: { x: { time: false }, y: { distr: state.logy ? 3 : 1 } },
       axes: [{ values: (u, splits) => splits.map(fmtTick) },
-        { size: 64, values: (u, splits) => splits.map(fmtTick) }],
+        { size: yAxisSize, values: (u, splits) => splits.map(fmtTick) }],
       legend: { live: true },
       cursor: { drag: { x: true, y: false } },
     };
