@@ -341,3 +341,11 @@ def test_chute_does_not_import_the_dashboard():
         "('starlette', 'uvicorn')]; assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_allowed_hosts_refuse_a_rebound_name(tmp_path):
+    app = create_app([str(tmp_path)], allowed_hosts=["127.0.0.1", "localhost"])
+    with TestClient(app, base_url="http://127.0.0.1:8000") as c:
+        assert c.get("/api/runs").status_code == 200
+    with TestClient(app, base_url="http://attacker.example:8000") as c:
+        assert c.get("/api/runs").status_code == 400

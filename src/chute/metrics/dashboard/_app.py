@@ -11,6 +11,8 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -49,8 +51,11 @@ def _smooth(value: str) -> float:
     return f
 
 
-def create_app(paths: list[str]) -> Starlette:
+def create_app(paths: list[str], *, allowed_hosts: list[str] | None = None) -> Starlette:
     """The dashboard over the runs at or under `paths` (folders, archives or run roots).
+
+    `allowed_hosts` limits the Host headers answered (a loopback server passes its own
+    names, so a web page that rebinds a DNS name to 127.0.0.1 cannot read the runs).
 
     >>> import tempfile
     >>> app = create_app([tempfile.mkdtemp()])  # an empty folder: a page with no runs yet
@@ -135,6 +140,9 @@ def create_app(paths: list[str]) -> Starlette:
         Route("/api/runs/{run}/series", series),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    middleware = (
+        [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
+    )
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.index = index
     return app

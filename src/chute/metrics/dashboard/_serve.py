@@ -33,7 +33,9 @@ def serve(
 
     Binds loopback unless `host` says otherwise; port 0 lets the OS pick a free port.
     """
-    app = create_app(paths)
+    loopback = _is_loopback(host)
+    names = ["127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host]
+    app = create_app(paths, allowed_hosts=names if loopback else None)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -44,7 +46,7 @@ def serve(
         sock.close()
         raise
     url = url_of(sock)
-    if not _is_loopback(host):
+    if not loopback:
         print(
             f"warning: serving on {host}: anyone who can reach it can read these runs",
             file=sys.stderr,
