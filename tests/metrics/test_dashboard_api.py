@@ -122,6 +122,24 @@ def test_series_whole_then_tail_of_a_live_run(tree):
         assert tail["acc"]["x"] == [] and tail["acc"]["last_step"] == 110
 
 
+def test_last_step_follows_the_busiest_metric(tmp_path):
+    w = cm.DirectWriter(tmp_path / "r")
+    for s in range(301):  # at step 300 the sparse 'acc' and the dense 'loss' tie
+        w.write(loss=1.0, **({"acc": 0.5} if s % 100 == 0 else {}))
+        w.end_step()
+    w.flush()
+    try:
+        with client(tmp_path) as c:
+            assert runs_by_name(c)["r"]["last_step"] == 300
+            for _ in range(5):
+                w.write(loss=2.0)
+                w.end_step()
+            w.flush()
+            assert runs_by_name(c)["r"]["last_step"] == 305
+    finally:
+        w.close()
+
+
 def test_a_new_metric_of_a_live_run_shows_up(tree):
     root, w = tree
     with client(root) as c:

@@ -22,6 +22,7 @@ from .._reader import Reader, is_run
 T = TypeVar("T")
 _RESCAN_S = 3.0
 _PROBES = 16
+_REPROBE = 10
 IDLE_AFTER_S = 300.0
 
 
@@ -61,6 +62,7 @@ class Run:
     reader: Reader | None = None
     state: tuple[Any, ...] = ()
     lead: str | None = None
+    _polls: int = 0
     _sealed: tuple[tuple[Any, ...], bool] | None = None
 
     # -- files -------------------------------------------------------------------------------
@@ -94,7 +96,7 @@ class Run:
                 self.reader = None
             if self.reader is None:
                 self.reader = Reader(state[1], kind=state[0])
-                self.lead = None
+                self.lead, self._polls = None, 0
             elif state != self.state:
                 self.reader.refresh()
             self.state = state
@@ -144,14 +146,17 @@ class Run:
         manifest = r.manifest()
         names = r.metrics()
         finished = kind == "zip" or self._finished_dir()
-        last, lead = -1, self.lead
-        probes = [lead] if lead in names else _spread(names, _PROBES)
-        for name in probes:
-            assert name is not None
-            if r.rows(name):
-                step = int(r.metric(name, idx=-1, dtype="storage")[0])
-                if step > last:
-                    last, lead = step, name
+        # The lead is the busiest of a few sampled columns: its last row is the run's last
+        # step. Between full probes (every _REPROBE polls) only the lead is read.
+        full = self.lead not in names or self._polls % _REPROBE == 0
+        self._polls += 1
+        last, lead, most = -1, None, 0
+        for name in _spread(names, _PROBES) if full else [str(self.lead)]:
+            rows = r.rows(name)
+            if rows:
+                last = max(last, int(r.metric(name, idx=-1, dtype="storage")[0]))
+                if rows > most:
+                    lead, most = name, rows
         self.lead = lead
         files: list[tuple[float, int] | None] = list(self.state[2:])
         if kind == "dir" and lead is not None:
