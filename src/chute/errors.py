@@ -11,7 +11,9 @@ __all__ = [
     "ChecksumError",
     "ChuteError",
     "CorruptStoreError",
+    "PlotError",
     "RunLockedError",
+    "RunNotFoundError",
     "StoreClosedError",
     "StoreError",
     "StoreLockedError",
@@ -69,3 +71,12 @@ class BadChunkError(ChuteError, RuntimeError):
     def __init__(self, key: str, cause: BaseException) -> None:
         super().__init__(f"bad chunk {key!r}: {type(cause).__name__}: {cause}")
         self.key = key
+
+
+class PlotError(ChuteError, ValueError):
+    """A curve cannot be drawn as asked: a text metric, a missing metric or x axis, an x
+    that does not increase, a smoothing factor out of range, or an unwritable image type."""
+
+
+class RunNotFoundError(ChuteError, FileNotFoundError):
+    """No metric run, and no folder to search for runs, at the given path."""

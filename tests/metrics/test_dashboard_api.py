@@ -367,3 +367,12 @@ def test_allowed_hosts_refuse_a_rebound_name(tmp_path):
         assert c.get("/api/runs").status_code == 200
     with TestClient(app, base_url="http://attacker.example:8000") as c:
         assert c.get("/api/runs").status_code == 400
+
+
+def test_missing_paths_are_run_not_found(tmp_path):
+    from chute.errors import RunNotFoundError
+
+    with pytest.raises(RunNotFoundError, match="no such run or folder"):
+        create_app([str(tmp_path / "nope")])
+    with pytest.raises(FileNotFoundError):
+        create_app([])

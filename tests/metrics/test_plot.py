@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chute.errors import ChuteError, PlotError
 from chute.metrics._cli import main
+from chute.metrics._plot import plot_runs
 from chute.metrics._smooth import ema, thin
 
 from .dashboard_util import write_run
@@ -162,3 +164,13 @@ def test_missing_metric_in_one_run_is_a_note(tmp_path, capsys):
     assert main(["plot", str(a), str(b), "-m", "extra", "-o", str(out)]) == 0
     assert f"run {a} has no metric 'extra'" in capsys.readouterr().err
     assert out.read_bytes()[:8] == PNG
+
+
+def test_plot_errors_are_chute_errors(tmp_path):
+    pytest.importorskip("matplotlib")
+    write_run(tmp_path / "r", steps=20, finish=True)
+    with pytest.raises(PlotError, match="holds text") as info:
+        plot_runs([str(tmp_path / "r")], ["note"], str(tmp_path / "o.png"))
+    assert isinstance(info.value, ChuteError) and isinstance(info.value, ValueError)
+    with pytest.raises(PlotError, match=r"\[0, 1\)"):
+        plot_runs([str(tmp_path / "r")], ["loss"], str(tmp_path / "o.png"), smooth=-0.1)

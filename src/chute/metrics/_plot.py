@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from chute.errors import PlotError
+
 from ._reader import Reader
 from ._smooth import ema, thin
 
@@ -31,13 +33,13 @@ def _curve(r: Reader, name: str, x: str, run: str) -> tuple[np.ndarray[Any, Any]
         xs = steps.astype(np.float64)
     else:
         if x not in r.metrics():
-            raise ValueError(f"run {run!r} has no metric {x!r} to use as the x axis")
+            raise PlotError(f"run {run!r} has no metric {x!r} to use as the x axis")
         _steps, cols = r.table(dict.fromkeys([x, name]), on=x, dtype="storage")
         xs, y = cols[x], cols[name]
         if xs.dtype == object:
-            raise ValueError(f"x metric {x!r} of run {run!r} holds text, not numbers")
+            raise PlotError(f"x metric {x!r} of run {run!r} holds text, not numbers")
     if y.dtype == object:
-        raise ValueError(
+        raise PlotError(
             f"metric {name!r} of run {run!r} holds text, not numbers; it cannot be plotted"
         )
     return xs.astype(np.float64), y.astype(np.float64)
@@ -60,9 +62,9 @@ def plot_runs(
     no run has is an error, and so is a text metric.
     """
     if not runs or not metrics:
-        raise ValueError("plot needs at least one run and one metric")
+        raise PlotError("plot needs at least one run and one metric")
     if not 0 <= smooth < 1:
-        raise ValueError(f"smoothing factor must be in [0, 1), got {smooth}")
+        raise PlotError(f"smoothing factor must be in [0, 1), got {smooth}")
     try:
         import matplotlib
 
@@ -75,7 +77,7 @@ def plot_runs(
     try:
         supported = fig.canvas.get_supported_filetypes()
         if fmt not in supported:
-            raise ValueError(
+            raise PlotError(
                 f"cannot write {output!r}: unknown image type {fmt!r} "
                 f"(one of {', '.join(sorted(supported))})"
             )
@@ -112,7 +114,7 @@ def _draw(
                     ax.plot(xs[keep], y[keep], color=color, linewidth=1.2, label=label)
                 drawn += 1
             if not drawn:
-                raise ValueError(
+                raise PlotError(
                     f"no run has a metric {name!r} (`chute metrics ls RUN` lists them)"
                 )
             if logy:

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from chute.errors import PlotError
+
 Array = np.ndarray[Any, Any]
 
 
@@ -22,7 +24,7 @@ def ema(values: Array, factor: float) -> tuple[Array, float, float]:
     [1.0, 2.333, 2.333, 2.714]
     """
     if not 0 <= factor < 1:
-        raise ValueError(f"smoothing factor must be in [0, 1), got {factor}")
+        raise PlotError(f"smoothing factor must be in [0, 1), got {factor}")
     vals = np.asarray(values, dtype=np.float64)
     finite = np.isfinite(vals)
     v = vals[finite]

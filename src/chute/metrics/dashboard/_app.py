@@ -18,9 +18,11 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from chute.errors import PlotError
+
 from .._reader import Reader
 from ._runs import NotServed, Run, RunIndex, check_name
-from ._series import MAX_WIDTH, MIN_WIDTH, SeriesError, metric_kinds, read_series
+from ._series import MAX_WIDTH, MIN_WIDTH, metric_kinds, read_series
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _NO_CACHE = {"Cache-Control": "no-store"}
@@ -121,7 +123,7 @@ def create_app(paths: list[str], *, allowed_hosts: list[str] | None = None) -> S
                 try:
                     out[name] = read_series(r, name, x=x, after=after, width=width, smooth=smooth)
                 except Exception as e:  # one bad column shows on its chart, the rest still draw
-                    msg = str(e) if isinstance(e, SeriesError) else f"{type(e).__name__}: {e}"
+                    msg = str(e) if isinstance(e, PlotError) else f"{type(e).__name__}: {e}"
                     out[name] = {"error": msg}
             return out
 

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from chute.errors import RunNotFoundError
+
 from .. import _format as F
 from .._reader import Reader, is_run
 
@@ -196,11 +198,11 @@ class RunIndex:
 
     def __init__(self, paths: list[str]) -> None:
         if not paths:
-            raise ValueError("the dashboard needs at least one run or folder of runs")
+            raise RunNotFoundError("the dashboard needs at least one run or folder of runs")
         self.roots = []
         for p in paths:
             if not os.path.exists(p):
-                raise FileNotFoundError(f"no such run or folder: {p!r}")
+                raise RunNotFoundError(f"no such run or folder: {p!r}")
             self.roots.append(os.path.realpath(p))
         self._lock = threading.Lock()
         self._runs: dict[str, Run] = {}

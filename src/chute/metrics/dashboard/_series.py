@@ -7,15 +7,13 @@ from typing import Any
 
 import numpy as np
 
+from chute.errors import PlotError
+
 from .. import _format as F
 from .._reader import Reader
 from .._smooth import ema, thin
 
 MIN_WIDTH, MAX_WIDTH = 16, 8192
-
-
-class SeriesError(ValueError):
-    """A curve that cannot be drawn (text metric, x not monotonic): shown on its chart."""
 
 
 def _json_floats(a: np.ndarray[Any, Any]) -> list[float | None]:
@@ -24,7 +22,7 @@ def _json_floats(a: np.ndarray[Any, Any]) -> list[float | None]:
 
 def _numbers(values: np.ndarray[Any, Any], name: str) -> np.ndarray[Any, Any]:
     if values.dtype == object:
-        raise SeriesError(f"{name!r} holds text, not numbers")
+        raise PlotError(f"{name!r} holds text, not numbers")
     return values.astype(np.float64, copy=False)
 
 
@@ -55,14 +53,14 @@ def read_series(
     """
     code = r.manifest().get(name, {}).get("dtype")
     if code == F.JSONL:
-        raise SeriesError(f"{name!r} holds text, not numbers")
+        raise PlotError(f"{name!r} holds text, not numbers")
     sel: dict[str, Any] = {"start": after + 1} if after >= 0 else {}
     if x == "step":
         steps, y = r.metric(name, dtype="storage", **sel)
         xs: np.ndarray[Any, Any] = steps
     else:
         if x not in r.metrics():
-            raise SeriesError(f"this run has no metric {x!r} for the x axis")
+            raise PlotError(f"this run has no metric {x!r} for the x axis")
         steps, cols = r.table(dict.fromkeys([x, name]), on=x, dtype="storage", **sel)
         xs, y = _numbers(cols[x], x), cols[name]
     y = _numbers(y, name)
@@ -71,7 +69,7 @@ def read_series(
         if not ok.all():
             xs, y, steps = xs[ok], y[ok], steps[ok]
         if len(xs) > 1 and not bool(np.all(np.diff(xs) >= 0)):
-            raise SeriesError(f"{x!r} does not increase over the steps of this run")
+            raise PlotError(f"{x!r} does not increase over the steps of this run")
     keep = thin(xs, y, width)
     whole = len(keep) == len(xs)
     out: dict[str, Any] = {
