@@ -189,6 +189,18 @@ def test_a_run_finished_while_served_is_read_from_its_archive(tree):
         assert s["loss"]["rows"] == 120
 
 
+def test_a_run_deleted_while_served_is_an_error_row(tmp_path):
+    import shutil
+
+    write_run(tmp_path / "keep", steps=5).close()
+    write_run(tmp_path / "gone", steps=5).close()
+    with client(tmp_path) as c:
+        assert runs_by_name(c)["gone"]["last_step"] == 4
+        shutil.rmtree(tmp_path / "gone")
+        runs = runs_by_name(c)
+        assert "is gone" in runs["gone"]["error"] and runs["keep"]["last_step"] == 4
+
+
 def test_a_long_metric_is_thinned_keeping_its_extremes(tmp_path):
     n = 200_000
     rng = np.random.default_rng(1)

@@ -78,7 +78,7 @@ class Run:
         for cand in (self.path, os.path.join(self.path, F.DIR_NAME)):
             if os.path.isfile(os.path.join(cand, F.MANIFEST)):
                 return cand
-        return self.path
+        raise RunNotFoundError(f"run {self.name!r} is gone: no {F.MANIFEST} or {F.ZIP_NAME}")
 
     def _state(self) -> tuple[Any, ...]:
         """What changes when a writer adds metrics or hot rows, or the run is finished."""
