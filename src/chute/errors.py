@@ -12,8 +12,10 @@ __all__ = [
     "ChuteError",
     "CorruptStoreError",
     "IncompleteDatasetError",
+    "PlotError",
     "RecordIndexError",
     "RunLockedError",
+    "RunNotFoundError",
     "SchemaMismatchError",
     "StoreClosedError",
     "StoreError",
@@ -92,3 +94,12 @@ class BadChunkError(ChuteError, RuntimeError):
     def __init__(self, key: str, cause: BaseException) -> None:
         super().__init__(f"bad chunk {key!r}: {type(cause).__name__}: {cause}")
         self.key = key
+
+
+class PlotError(ChuteError, ValueError):
+    """A curve cannot be drawn as asked: a text metric, a missing metric or x axis, an x
+    that does not increase, a smoothing factor out of range, or an unwritable image type."""
+
+
+class RunNotFoundError(ChuteError, FileNotFoundError):
+    """No metric run, and no folder to search for runs, at the given path."""
