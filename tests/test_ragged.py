@@ -181,9 +181,11 @@ def test_bad_records_are_clear_errors(tmp_path: Path) -> None:
     assert len(empty) == 0 and empty.item_shape == (2,)
     with pytest.raises(FileExistsError, match="overwrite=True"):
         write_ragged(tmp_path / "f.zr", [np.zeros(1)])
-    assert len(write_ragged(tmp_path / "f.zr", [np.zeros(1)], overwrite=True)) == 1
     with pytest.raises(ValueError, match="empty"):
         DataLoader({"x": empty})
+    assert len(write_ragged(tmp_path / "f.zr", [np.zeros(1)], overwrite=True)) == 1
+    with pytest.raises(chute.StoreChangedError, match="reopen"):
+        len(empty)  # opened before the overwrite: its records are gone
 
 
 def test_wrong_kind_of_store_is_refused(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ __all__ = [
     "ChuteError",
     "CorruptStoreError",
     "RunLockedError",
+    "StoreChangedError",
     "StoreClosedError",
     "StoreError",
     "StoreLockedError",
@@ -38,6 +39,11 @@ class StoreLockedError(StoreError):
 
 class StoreClosedError(StoreError, ValueError):
     """The store was closed."""
+
+
+class StoreChangedError(StoreError, RuntimeError):
+    """A delete, compaction or reset changed the store since this reader opened it (or
+    while it read): the records it would return may be gone or moved. Reopen the store."""
 
 
 class CorruptStoreError(StoreError):
