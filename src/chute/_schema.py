@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 
 from chute.errors import CorruptStoreError, StoreNotFoundError
-from chute.store._format import SCHEMA_FILE
-from chute.store._io import write_file_atomic
+from chute.store._internal import SCHEMA_FILE, write_file_atomic
 
 SCHEMA_FORMAT = "loaderx-zrecord"
 SCHEMA_VERSION = 1
@@ -46,4 +45,26 @@ def read_schema(path: Path) -> dict[str, Any]:
                 doc[key] = tuple(int(d) for d in doc[key])
     except (TypeError, ValueError) as e:
         raise CorruptStoreError(f"{file}: bad dtype or shape: {e}") from None
+    try:
+        check_plain_dtype(doc["dtype"])
+    except TypeError as e:
+        raise CorruptStoreError(f"{file}: {e}") from None
+    if any(d < 0 for key in ("shape", "item_shape") for d in doc.get(key, ())):
+        raise CorruptStoreError(f"{file}: a negative dimension in the record shape")
     return doc
+
+
+def check_plain_dtype(dtype: np.dtype[Any]) -> None:
+    """Refuse a dtype whose bytes are not plain data: Python objects (``"|O"``, or a
+    structured dtype with an object field) and numpy's variable-width strings hold pointers,
+    which are meaningless once stored and crash the interpreter when read back as records.
+
+    >>> check_plain_dtype(np.dtype("<f4"))  # fine: plain data
+    >>> check_plain_dtype(np.dtype([("a", "<f4"), ("b", "O")]))
+    Traceback (most recent call last):
+    TypeError: dtype [('a', '<f4'), ('b', 'O')] holds Python objects or pointers; ...
+    """
+    if dtype.hasobject or dtype.kind == "T":
+        raise TypeError(
+            f"dtype {dtype} holds Python objects or pointers; only plain dtypes can be stored"
+        )

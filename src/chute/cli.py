@@ -14,7 +14,7 @@ from chute._schema import read_schema
 from chute.dataset import write_dataset
 from chute.errors import ChuteError
 from chute.store import RecordStore
-from chute.store._format import CODEC_NAMES
+from chute.store._internal import CODEC_NAMES
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -62,20 +62,23 @@ def _verify(args: argparse.Namespace) -> int:
         has_sums = store.has_checksums
     for index, message in report["damaged"]:
         print(f"DAMAGED record {index}: {message}")
-    checked = report["records"] - report["unchecked"]
+    damaged = len(report["damaged"])
     if not has_sums:
         print(
             "note: this store has no checksums (it was written by another tool), so verify "
             "cannot check record bytes; it checked that every record decodes"
         )
     elif report["unchecked"]:
-        print(f"note: {report['unchecked']} records have no checksum (written by another tool)")
-    verdict = "damaged" if report["damaged"] else "ok"
+        print(
+            f"note: {report['unchecked']} records were written or moved by another tool "
+            "and have no checksum: verify checked that they decode"
+        )
+    verdict = "damaged" if damaged else "ok"
     print(
-        f"{verdict}: {report['records']} records decoded, {checked} checksums matched, "
-        f"{len(report['damaged'])} damaged"
+        f"{verdict}: {report['records']} records: {report['checked']} matched their "
+        f"checksum, {report['unchecked']} decoded without one, {damaged} damaged"
     )
-    return 1 if report["damaged"] else 0
+    return 1 if damaged else 0
 
 
 def _compact(args: argparse.Namespace) -> int:

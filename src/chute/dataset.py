@@ -12,11 +12,10 @@ import numpy as np
 import numpy.typing as npt
 from tqdm import tqdm
 
-from chute._schema import write_schema
+from chute._schema import check_plain_dtype, write_schema
 from chute._view import StoreView
 from chute.store import Codec, RecordStore
-from chute.store._codec import sample_rows
-from chute.store._format import MAX_RECORD, codec_name, parse_codec
+from chute.store._internal import MAX_RECORD, codec_name, parse_codec, sample_rows
 
 __all__ = ["Dataset", "write_dataset"]
 
@@ -56,8 +55,7 @@ def write_dataset(
     shape = tuple(int(d) for d in array.shape)
     if not shape:
         raise ValueError("write_dataset needs an array with at least one axis (a record per row)")
-    if dtype.hasobject:
-        raise TypeError(f"dtype {dtype} holds Python objects; only plain dtypes can be stored")
+    check_plain_dtype(dtype)
     row_bytes = dtype.itemsize * math.prod(shape[1:])
     if row_bytes > MAX_RECORD:
         raise ValueError(f"one row is {row_bytes} bytes; the Zrecord format caps a record at 1 MiB")

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chute._schema import write_schema
+from chute._schema import check_plain_dtype, write_schema
 from chute._view import StoreView
 from chute.errors import CorruptStoreError
 from chute.store import Codec, RecordStore
-from chute.store._format import MAX_RECORD, codec_name, parse_codec
+from chute.store._internal import MAX_RECORD, codec_name, parse_codec
 
 __all__ = ["RaggedDataset", "pad", "write_ragged"]
 
@@ -85,8 +85,7 @@ def write_ragged(
     set_dtype = first[1] if first else want_dtype
     set_shape = first[2] if first else want_shape
     assert set_dtype is not None and set_shape is not None
-    if set_dtype.hasobject:
-        raise TypeError(f"dtype {set_dtype} holds Python objects; only plain dtypes can be stored")
+    check_plain_dtype(set_dtype)
     with RecordStore(path, mode="w", codec=c, level=level) as store:
         write_schema(
             path,

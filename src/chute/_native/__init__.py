@@ -17,9 +17,9 @@ from chute._native._zrecord import (
 )
 
 __all__ = [
+    "codes",
     "compress",
     "crc32c",
-    "codes",
     "fill",
     "gather",
     "load_generation",

@@ -238,9 +238,7 @@ class RecordStore:
             return arr
         return np.ascontiguousarray(arr.reshape(-1), dtype=np.int64)
 
-    def _read(
-        self, idx: npt.NDArray[np.int64], stride: int, read: Callable[[Snapshot], _T]
-    ) -> _T:
+    def _read(self, idx: npt.NDArray[np.int64], stride: int, read: Callable[[Snapshot], _T]) -> _T:
         """Run ``read`` over the current snapshot, checking the generation before and after.
 
         A reader retries once, against a fresh snapshot, when an index is past its length

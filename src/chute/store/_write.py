@@ -86,7 +86,8 @@ def open_for_writing(path: Path, *, reset: bool, durable: bool) -> StoreFiles:
         fresh = head in (b"", b"\0\0\0\0")  # created, never initialised (or a crash then)
         if fresh and not reset:
             _refuse_orphan_chunks(path, "has an empty meta.zr")
-        _ensure_side_file(path, fmt.GEN_FILE, fmt.GEN_HEADER.pack(fmt.GEN_MAGIC, fmt.GEN_VERSION, 0), durable)
+        gen = fmt.GEN_HEADER.pack(fmt.GEN_MAGIC, fmt.GEN_VERSION, 0)
+        _ensure_side_file(path, fmt.GEN_FILE, gen, durable)
         if not files.open_gen():
             raise CorruptStoreError(f"{path}/{fmt.GEN_FILE} could not be created")
         if reset or fresh:
