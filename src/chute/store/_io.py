@@ -92,12 +92,7 @@ def replace_with_prefix(path: Path, fd: int, size: int, *, durable: bool) -> int
     tmp = path.with_name(path.name + ".tmp")
     new = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        done = 0
-        while done < size:
-            n = os.copy_file_range(fd, new, size - done, done, done)
-            if n == 0:
-                raise EOFError(f"{path} ends {size - done} bytes early at offset {done}")
-            done += n
+        _copy_prefix(fd, new, size, path)
         if durable:
             os.fsync(new)
         os.replace(tmp, path)
@@ -109,6 +104,20 @@ def replace_with_prefix(path: Path, fd: int, size: int, *, durable: bool) -> int
     if durable:
         fsync_dir(path.parent)
     return new
+
+
+def _copy_prefix(src: int, dst: int, size: int, path: Path) -> None:
+    """Copy bytes ``0..size`` in the kernel where it can (a reflink on some filesystems)."""
+    done = 0
+    while done < size:
+        try:
+            n = os.copy_file_range(src, dst, min(size - done, 1 << 30), done, done)
+        except OSError:  # a filesystem without it: plain reads and writes
+            n = len(data := os.pread(src, min(size - done, 16 << 20), done))
+            pwrite_all(dst, data, done)
+        if n == 0:
+            raise EOFError(f"{path} ends {size - done} bytes early at offset {done}")
+        done += n
 
 
 def replace_with_empty(path: Path, *, durable: bool) -> None:
