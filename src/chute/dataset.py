@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from tqdm import tqdm
 
+from chute._progress import STEP_BYTES, Progress
 from chute._schema import check_plain_dtype, write_schema
 from chute._view import StoreView
 from chute.store import Codec, RecordStore
 from chute.store._internal import MAX_RECORD, codec_name, parse_codec, sample_rows
 
 __all__ = ["Dataset", "write_dataset"]
-
-#: Writes larger than this show a progress bar unless told otherwise.
-_PROGRESS_BYTES = 256 << 20
 
 
 def write_dataset(
@@ -40,7 +36,8 @@ def write_dataset(
     an h5py or zarr array); it is read ``chunk_bytes`` at a time, never whole. A 1-D array
     becomes a dataset of scalars. ``codec`` is ``"zstd"`` (level 3), ``"raw"`` or
     ``"zstd_dict"`` (a dictionary of at most ``dict_size`` bytes trained on a spread of rows,
-    then level 19). ``progress`` shows a bar; by default only for writes over 256 MiB.
+    then level 19). ``progress`` shows a bar (in MiB, moving at least every second or so,
+    dictionary training included); by default only for writes over 256 MiB.
 
     >>> import tempfile, numpy as np
     >>> rows = np.arange(12, dtype=np.int16).reshape(4, 3)
@@ -63,26 +60,29 @@ def write_dataset(
     if path.exists() and any(path.iterdir()) and not overwrite:
         raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True to replace it")
     n = shape[0]
-    rows_per_step = max(1, chunk_bytes // max(row_bytes, 1))
-    total = n * row_bytes
-    show = progress if progress is not None else total > _PROGRESS_BYTES
-    with RecordStore(path, mode="w", codec=c, level=level) as store:
+    rows_per_read = max(1, chunk_bytes // max(row_bytes, 1))
+    rows_per_step = max(1, min(chunk_bytes, STEP_BYTES) // max(row_bytes, 1))
+    with (
+        RecordStore(path, mode="w", codec=c, level=level) as store,
+        Progress(n * row_bytes, f"write {path.name}", show=progress) as bar,
+    ):
         write_schema(path, {"dtype": dtype.str, "shape": list(shape[1:]), "codec": codec_name(c)})
         if c is Codec.ZSTD_DICT:
             picks = sample_rows(n, row_bytes, dict_size)
-            store.train_dict(_rows_as_bytes(np.asarray(array[picks]), len(picks)), dict_size)
-        with tqdm(
-            total=total, unit="B", unit_scale=True, disable=not show, file=sys.stderr,
-            desc=f"write {path.name}",
-        ) as bar:  # fmt: skip
-            for start in range(0, n, rows_per_step):
-                rows = np.asarray(array[start : start + rows_per_step])
-                store.append(_rows_as_bytes(rows, len(rows)))
-                bar.update(len(rows) * row_bytes)
+            samples = _rows_as_bytes(np.asarray(array[picks]), len(picks))
+            bar.while_running(
+                "training zstd dictionary", lambda: store.train_dict(samples, dict_size)
+            )
+        for start in range(0, n, rows_per_read):
+            rows = _rows_as_bytes(np.asarray(array[start : start + rows_per_read]), -1)
+            for k in range(0, len(rows), rows_per_step):  # small steps: a bar that moves
+                store.append(rows[k : k + rows_per_step])
+                bar.advance(len(rows[k : k + rows_per_step]) * row_bytes)
     return Dataset(path)
 
 
 def _rows_as_bytes(rows: npt.NDArray[Any], n: int) -> npt.NDArray[np.uint8]:
+    n = len(rows) if n < 0 else n
     return np.ascontiguousarray(rows).reshape(n, -1).view(np.uint8).reshape(n, -1)
 
 

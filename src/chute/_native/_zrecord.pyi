@@ -39,7 +39,7 @@ def store_state(header: _Buffer, tail_chunk: int, tail_offset: int, length: int)
 def load_generation(gen: _Buffer) -> int: ...
 def store_generation(gen: _Buffer, value: int) -> None: ...
 
-# Gather error codes (defined once, in gather.h) and the format's record cap.
+# Gather error codes (defined once, in gather.h), the format's record cap, zstd's levels.
 GE_INDEX: int
 GE_CHUNK: int
 GE_BOUNDS: int
@@ -54,3 +54,5 @@ GE_NOMEM: int
 GE_TABLE: int
 GE_SUMS: int
 MAX_RECORD: int
+ZSTD_MIN_LEVEL: int
+ZSTD_MAX_LEVEL: int

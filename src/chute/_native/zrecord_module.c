@@ -439,6 +439,8 @@ PyMODINIT_FUNC PyInit__zrecord(void) {
     CHUTE_GATHER_ERRORS(CHUTE_ADD_ERROR)
 #undef CHUTE_ADD_ERROR
     if (PyModule_AddIntConstant(m, "MAX_RECORD", MAX_RECORD) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "ZSTD_MIN_LEVEL", ZSTD_minCLevel()) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "ZSTD_MAX_LEVEL", ZSTD_maxCLevel()) < 0) goto fail;
     return m;
 fail:
     Py_DECREF(m);

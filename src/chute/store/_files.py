@@ -253,6 +253,21 @@ class StoreFiles:
             assert self.gen_map is not None
         return _native.load_generation(self.gen_map)
 
+    def disk_usage(self) -> dict[str, int]:
+        """Apparent bytes of the table and the checksum sidecar, and the bytes every file of
+        the store takes on disk (allocated blocks: loaderx's sparse files count as written)."""
+        names = (fmt.META_FILE, fmt.DICT_FILE, fmt.SCHEMA_FILE, fmt.SUMS_FILE, fmt.GEN_FILE)
+        disk = 0
+        for entry in os.scandir(self.path):
+            stem = entry.name[:-3] if entry.name.endswith(".zr") else ""
+            if entry.name in names or stem.isdigit():
+                disk += entry.stat().st_blocks * 512
+        return {
+            "table_bytes": os.fstat(self.meta_fd).st_size,
+            "checksum_bytes": os.fstat(self.sums_fd).st_size if self.sums_fd >= 0 else 0,
+            "disk_bytes": disk,
+        }
+
     # ---- snapshots and lifetime ----------------------------------------------------
 
     def snapshot(self, state: State, generation: int) -> Snapshot:

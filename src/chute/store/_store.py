@@ -105,7 +105,7 @@ class RecordStore:
         self._mode: Mode = mode
         self._writable = mode != "r"
         self._codec = fmt.parse_codec(codec)
-        self._level = level
+        self._level = _check_level(level)
         self._verify = verify
         self._threads = threads if threads and threads > 0 else default_threads()
         self._durable = durable
@@ -334,27 +334,35 @@ class RecordStore:
         return out
 
     def stats(self) -> dict[str, Any]:
-        """Record count, bytes live vs. bytes in chunk files, and records per codec."""
+        """Record count, bytes live vs. bytes in chunk files, records per codec, and the
+        bytes on disk (``table_bytes``, ``checksum_bytes``, and ``disk_bytes`` for every
+        file of the store)."""
         self._check_open()
         if not self._writable:
             self.refresh()
-        return _read.stats(
+        report = _read.stats(
             self._current(), has_dict=self.has_dict, has_checksums=self.has_checksums
         )
+        return {**report, **self._files.disk_usage()}
 
-    def verify(self, batch: int = 4096) -> dict[str, Any]:
+    def verify(
+        self, batch: int = 4096, progress: Callable[[int, int], None] | None = None
+    ) -> dict[str, Any]:
         """Decode every record and check its checksum; report, rather than raise, damage.
 
         Returns ``records``, ``checked`` (decoded and matched a checksum), ``unchecked``
         (decoded, no checksum to match: written by another tool) and ``damaged``, a list of
-        ``(index, message)``; the three counts add up to ``records``.
+        ``(index, message)``; the three counts add up to ``records``. ``progress(done,
+        total)``, if given, gets the decoded bytes after every step of about 16 MiB.
         """
         self._check_open()
         if not self._writable:
             self.refresh()
         snap = self._current()
         self._check_generation(snap)
-        report = _read.verify(snap, self._path, batch=batch, threads=self._threads)
+        report = _read.verify(
+            snap, self._path, batch=batch, threads=self._threads, progress=progress
+        )
         self._check_generation(snap)
         return report
 
@@ -452,14 +460,15 @@ class RecordStore:
         return writer.train_dict(data, lens, dict_size)
 
     @_locked
-    def compact(self) -> int:
+    def compact(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Reclaim the bytes deleted records left behind; returns bytes freed.
 
         Safe to interrupt at any point; running it again finishes the job. Files are cut by
         renaming fresh copies over them, so open readers never lose a mapped page; they
-        raise `StoreChangedError` on their next read.
+        raise `StoreChangedError` on their next read. ``progress(done, total)``, if given,
+        gets bytes moved and copied about every 4 MiB.
         """
-        return self._check_writable().compact()
+        return self._check_writable().compact(progress)
 
     # ---- lifetime ------------------------------------------------------------------
 
@@ -514,3 +523,16 @@ def _bytes_of(array: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
     if array.dtype.hasobject:
         raise TypeError(f"dtype {array.dtype} holds Python objects; only plain data is stored")
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
+def _check_level(level: int | None) -> int | None:
+    low, high = codes.ZSTD_MIN_LEVEL, codes.ZSTD_MAX_LEVEL
+    if level is None:
+        return None
+    if (
+        isinstance(level, bool)
+        or not isinstance(level, int | np.integer)
+        or not low <= level <= high
+    ):
+        raise ValueError(f"level must be an integer zstd level from {low} to {high}, got {level!r}")
+    return int(level)

@@ -41,7 +41,7 @@ import contextlib
 import mmap
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -375,8 +375,9 @@ class Writer:
 
     # ---- compact -------------------------------------------------------------------
 
-    def compact(self) -> int:
-        """Pack live records densely from chunk 0; returns the bytes freed."""
+    def compact(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Pack live records densely from chunk 0; returns the bytes freed. ``progress``
+        gets (bytes done, bytes to do) as records move and files are cut."""
         before = int(self.snap.limits.sum(dtype=np.uint64))
         live = self.files.table[: self.length]
         order = np.lexsort((live["offset"], live["chunk_id"]))
@@ -388,20 +389,28 @@ class Writer:
         with _changing(self.files, self.durable) as self.generation:
             bounce = self._reserve_bounce(int(phys[overlap].max()) if overlap.any() else 0)
             self._stamp_sums(in_step=False)
+            ends = np.zeros(end[0] + 1, np.uint64)
+            np.maximum.at(ends, new_chunk, new_off.astype(np.uint64) + phys)
+            ends[end[0]] = end[1]
+            report = _Report(progress, int(phys[moved].sum(dtype=np.uint64)) + self._to_cut(ends))
             for k in np.flatnonzero(moved).tolist():
                 self._move(
                     int(order[k]), int(new_chunk[k]), int(new_off[k]), bool(overlap[k]), bounce
                 )
+                report.advance(int(phys[k]))
             self.sync()
             self._commit(end[0], end[1], self.length)
-            ends = np.zeros(end[0] + 1, np.uint64)
-            np.maximum.at(ends, new_chunk, new_off.astype(np.uint64) + phys)
-            ends[end[0]] = end[1]
-            self._cut_chunks(ends)
+            self._cut_chunks(ends, report)
             self.publish()
+            report.finish()
         return before - int(self.snap.limits.sum(dtype=np.uint64))
 
-    def _cut_chunks(self, ends: npt.NDArray[np.uint64]) -> None:
+    def _to_cut(self, ends: npt.NDArray[np.uint64]) -> int:
+        """Bytes `_cut_chunks` will copy: the kept part of every chunk longer than it."""
+        fds = self.files.chunk_fds[: len(ends)]
+        return sum(int(e) for fd, e in zip(fds, ends, strict=True) if os.fstat(fd).st_size > e)
+
+    def _cut_chunks(self, ends: npt.NDArray[np.uint64], report: _Report) -> None:
         """Unlink chunks past the new tail and cut the rest where their records end, each
         by a fresh file renamed over it, never by shrinking a file a reader may map."""
         fds = self.files.chunk_fds
@@ -413,6 +422,7 @@ class Writer:
                 path = self.path / fmt.chunk_file(c)
                 fds[c] = replace_with_prefix(path, fd, int(ends[c]), durable=self.durable)
                 os.close(fd)
+                report.advance(int(ends[c]))
         self.files.remap_chunks()
         fsync_dir(self.path)
 
@@ -466,6 +476,23 @@ class Writer:
             self.files.meta.flush()
         if self.files.sums_map is not None:
             self.files.sums_map.flush()
+
+
+class _Report:
+    """Calls ``progress(done, total)`` about every 4 MiB of work, and once at the end."""
+
+    def __init__(self, progress: Callable[[int, int], None] | None, total: int) -> None:
+        self.progress, self.total, self.done, self.last = progress, total, 0, 0
+
+    def advance(self, nbytes: int) -> None:
+        self.done += nbytes
+        if self.progress is not None and self.done - self.last >= 4 << 20:
+            self.last = self.done
+            self.progress(min(self.done, self.total), self.total)
+
+    def finish(self) -> None:
+        if self.progress is not None:
+            self.progress(self.total, self.total)
 
 
 def place(
