@@ -319,3 +319,32 @@ def test_gather_racing_a_delete_in_another_thread(tmp_path: Path) -> None:
         return OK
 
     assert run_isolated(check, timeout=60) == OK
+
+
+def test_header_state_is_published_in_one_step() -> None:
+    """The primitive under the reader/appender fix: another process hammering the header
+    never lets a reader see a length from one commit with a frontier from another."""
+    import mmap
+    import os
+
+    from chute import _native
+
+    shared = mmap.mmap(-1, mmap.PAGESIZE)  # MAP_SHARED: the child's stores show here
+
+    def check() -> int:
+        pid = os.fork()
+        if pid == 0:
+            k = 0
+            end = time.monotonic() + 1.0
+            while time.monotonic() < end:
+                k = (k + 0x10001) & 0xFFFFFFFF  # changes bytes in both halves of each u32
+                _native.store_state(shared, k & 0xFFFF, k, k)
+            os._exit(0)
+        torn = reads = 0
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            _, offset, length = _native.load_state(shared)
+            torn += offset != length
+            reads += 1
+        return OK if torn == 0 and reads > 1000 else WRONG_DATA
+
+    assert run_isolated(check, timeout=30) == OK

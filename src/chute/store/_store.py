@@ -203,6 +203,8 @@ class RecordStore:
         self._check_generation(snap)
         state = self._files.read_state()
         if state != snap.state:
+            if self._files.dictionary is None:  # trained since we opened?
+                self._files.open_dict()
             self._files.open_chunks(state[0])
             new = self._files.snapshot(state, snap.generation)
             self._check_generation(new)  # the state may be a delete's, half done

@@ -148,10 +148,14 @@ def _reset(files: StoreFiles, durable: bool) -> None:
             os.fsync(files.meta_fd)
         sums = path / fmt.SUMS_FILE
         if sums.exists():  # no entry is in use now: say the sidecar is in step with that
-            with contextlib.suppress(OSError), open(sums, "r+b") as f:
-                if f.read(4) == fmt.SUMS_MAGIC:
+            with open(sums, "r+b") as f:
+                head = f.read(fmt.SUMS_HEADER.size)
+                sound = len(head) == fmt.SUMS_HEADER.size and head[:4] == fmt.SUMS_MAGIC
+                if sound:
                     f.seek(fmt.STATE_OFFSET)
                     f.write(fmt.STATE.pack(0, 0, 0))
+            if not sound:  # damaged, and about nothing now: the writer starts a new one
+                sums.unlink()
         with contextlib.suppress(FileNotFoundError):
             (path / fmt.DICT_FILE).unlink()
         first = path / fmt.chunk_file(0)
