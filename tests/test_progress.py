@@ -54,3 +54,18 @@ def test_level_must_be_a_zstd_level(tmp_path: Path) -> None:
     with RecordStore(tmp_path / "s.zr", mode="w", level=-5) as s:  # zstd's fast levels are fine
         s.append([b"abc" * 100])
         assert s.gather_packed([0])[0].tobytes() == b"abc" * 100
+
+
+def test_ragged_write_shows_a_bar_once_the_work_is_large(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_progress, "SHOW_OVER_BYTES", 1 << 20)
+    seqs = [np.full((1000 + i, 64), i, np.uint8) for i in range(40)]  # 2.6 MiB
+    chute.write_ragged(tmp_path / "r.zr", seqs[:5]).close()  # under the threshold: quiet
+    assert capsys.readouterr().err == ""
+    ds = chute.write_ragged(tmp_path / "s.zr", iter(seqs), codec="zstd_dict")
+    err = capsys.readouterr().err
+    assert "write s.zr" in err and "MiB" in err
+    assert len(ds) == 40 and np.array_equal(ds[39], seqs[39])
+    chute.write_ragged(tmp_path / "t.zr", seqs, progress=False).close()
+    assert capsys.readouterr().err == ""

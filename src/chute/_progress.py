@@ -29,7 +29,8 @@ _OPEN = "{desc}: {n:.1f} MiB [{elapsed}, {rate_fmt}]{postfix}"  # total not know
 
 
 class Progress:
-    """A bar counting bytes in MiB. ``show=None`` shows it when ``total`` is large.
+    """A bar counting bytes in MiB. ``show=None`` shows it once the work is large: at the
+    start when ``total`` says so, else as soon as the bytes done pass the threshold.
 
     >>> with Progress(3 * MIB, "demo", show=False) as p:
     ...     p.advance(MIB)
@@ -37,26 +38,41 @@ class Progress:
     """
 
     def __init__(self, total: int | None, desc: str, *, show: bool | None) -> None:
-        visible = show if show is not None else (total or 0) > SHOW_OVER_BYTES
+        self._desc, self._total, self._show, self._done = desc, total, show, 0
+        self._bar: tqdm[None] | None = None
+        if show or (show is None and (total or 0) > SHOW_OVER_BYTES):
+            self._open()
+
+    def _open(self) -> None:
+        total = self._total
         self._bar = tqdm(
             total=None if total is None else total / MIB,
-            desc=desc,
+            initial=self._done / MIB,
+            desc=self._desc,
             unit="MiB",
             bar_format=_OPEN if total is None else _SIZED,
             mininterval=0.5,
-            disable=not visible,
             file=sys.stderr,
             leave=True,
         )
 
+    def _moved(self) -> None:
+        if self._bar is None and self._show is None and self._done > SHOW_OVER_BYTES:
+            self._open()
+        elif self._bar is not None:
+            if self._total is not None:
+                self._bar.total = self._total / MIB
+                self._bar.bar_format = _SIZED
+            self._bar.update(self._done / MIB - self._bar.n)
+
     def advance(self, nbytes: int) -> None:
-        self._bar.update(nbytes / MIB)
+        self._done += nbytes
+        self._moved()
 
     def reached(self, done: int, total: int) -> None:
         """Set the position (and the total, which may have become known) in bytes."""
-        self._bar.total = total / MIB
-        self._bar.bar_format = _SIZED
-        self._bar.update(done / MIB - self._bar.n)
+        self._done, self._total = done, total
+        self._moved()
 
     def callback(self) -> Callable[[int, int], None]:
         """``reached`` as the ``progress=`` callback of `RecordStore.verify` and `compact`."""
@@ -65,6 +81,9 @@ class Progress:
     def while_running(self, what: str, work: Callable[[], _T]) -> _T:
         """Run ``work`` (one long native call, such as dictionary training) on a thread,
         ticking the bar's clock with ``what`` shown until it returns."""
+        bar = self._bar
+        if bar is None:
+            return work()
         result: list[_T] = []
         error: list[BaseException] = []
 
@@ -75,18 +94,19 @@ class Progress:
                 error.append(e)
 
         thread = threading.Thread(target=run, name="chute-progress-work")
-        self._bar.set_postfix_str(what, refresh=True)
+        bar.set_postfix_str(what, refresh=True)
         thread.start()
         while thread.is_alive():
             thread.join(0.5)
-            self._bar.refresh()
-        self._bar.set_postfix_str("", refresh=True)
+            bar.refresh()
+        bar.set_postfix_str("", refresh=True)
         if error:
             raise error[0]
         return result[0]
 
     def close(self) -> None:
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()
 
     def __enter__(self) -> Progress:
         return self

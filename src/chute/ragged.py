@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from chute._progress import STEP_BYTES, Progress
 from chute._schema import check_plain_dtype, write_schema
 from chute._view import StoreView
 from chute.errors import CorruptStoreError
@@ -64,6 +65,7 @@ def write_ragged(
     *,
     level: int | None = None,
     overwrite: bool = False,
+    progress: bool | None = None,
 ) -> RaggedDataset:
     """Write an iterable of variable-length arrays, one record each, and return it opened.
 
@@ -71,6 +73,7 @@ def write_ragged(
     unless given (a plain 1-D array is a sequence of scalar rows). Records are appended
     ``chunk_bytes`` at a time, so a generator is never held whole. ``codec`` is ``"zstd"``,
     ``"raw"`` or ``"zstd_dict"`` (the dictionary is trained on the first chunk's records).
+    ``progress`` shows a bar in MiB; by default once more than 256 MiB were written.
     """
     path = Path(path)
     c = parse_codec(codec)
@@ -86,7 +89,10 @@ def write_ragged(
     set_shape = first[2] if first else want_shape
     assert set_dtype is not None and set_shape is not None
     check_plain_dtype(set_dtype)
-    with RecordStore(path, mode="w", codec=c, level=level) as store:
+    with (
+        RecordStore(path, mode="w", codec=c, level=level) as store,
+        Progress(None, f"write {path.name}", show=progress) as bar,
+    ):
         write_schema(
             path,
             {
@@ -101,11 +107,11 @@ def write_ragged(
         written = 0
         for record, _, _ in records:
             if size + record.nbytes > chunk_bytes and pending:
-                written = _flush(store, pending, written, c, dict_size)
+                written = _flush(store, pending, written, c, dict_size, bar)
                 pending, size = [], 0
             pending.append(record)
             size += record.nbytes
-        _flush(store, pending, written, c, dict_size)
+        _flush(store, pending, written, c, dict_size, bar)
     return RaggedDataset(path)
 
 
@@ -115,8 +121,10 @@ def _flush(
     written: int,
     codec: Codec,
     dict_size: int | None,
+    bar: Progress,
 ) -> int:
-    """Append one chunk of records; returns how many the store holds after it."""
+    """Append one chunk of records (in small steps, so a bar moves); returns how many the
+    store holds after it."""
     if not records:
         return written
     lengths = np.array([r.nbytes for r in records], np.int64)
@@ -126,10 +134,17 @@ def _flush(
             f"record {written + i} is {int(lengths[i])} bytes; "
             "the Zrecord format caps a record at 1 MiB"
         )
-    data = np.concatenate([r.reshape(-1).view(np.uint8) for r in records])
+    flat = [r.reshape(-1).view(np.uint8) for r in records]
     if codec is Codec.ZSTD_DICT and not store.has_dict:
-        store.train_dict([r.reshape(-1).view(np.uint8) for r in records], dict_size)
-    store.append_packed(data, lengths)
+        bar.while_running("training zstd dictionary", lambda: store.train_dict(flat, dict_size))
+    ends = np.cumsum(lengths)
+    first = 0
+    while first < len(records):
+        base = int(ends[first - 1]) if first else 0
+        last = max(first + 1, int(np.searchsorted(ends, base + STEP_BYTES, side="right")))
+        store.append_packed(np.concatenate(flat[first:last]), lengths[first:last])
+        bar.advance(int(ends[last - 1]) - base)
+        first = last
     return written + len(records)
 
 
