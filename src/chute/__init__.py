@@ -12,15 +12,18 @@ from chute.errors import (
     ChecksumError,
     ChuteError,
     CorruptStoreError,
+    RecordIndexError,
+    SchemaMismatchError,
     StoreChangedError,
     StoreClosedError,
     StoreError,
+    StoreKindError,
     StoreLockedError,
     StoreNotFoundError,
 )
-from chute.loader import DataLoader
+from chute.loader import DataLoader, EvalPass, iterate, split
 from chute.ragged import RaggedDataset, pad, write_ragged
-from chute.sampler import Sampler
+from chute.sampler import Sampler, SamplerLike, StepSampler, WeightedSampler
 from chute.store import Codec, RecordStore
 
 __all__ = [
@@ -30,15 +33,24 @@ __all__ = [
     "CorruptStoreError",
     "DataLoader",
     "Dataset",
+    "EvalPass",
     "RaggedDataset",
+    "RecordIndexError",
     "RecordStore",
     "Sampler",
+    "SamplerLike",
+    "SchemaMismatchError",
+    "StepSampler",
     "StoreChangedError",
     "StoreClosedError",
     "StoreError",
+    "StoreKindError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "WeightedSampler",
+    "iterate",
     "pad",
+    "split",
     "write_dataset",
     "write_ragged",
 ]
