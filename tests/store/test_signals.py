@@ -348,3 +348,24 @@ def test_header_state_is_published_in_one_step() -> None:
         return OK if torn == 0 and reads > 1000 else WRONG_DATA
 
     assert run_isolated(check, timeout=30) == OK
+
+
+def test_reader_of_a_store_without_gen_file_still_notices_a_delete(tmp_path: Path) -> None:
+    """A store another tool wrote has no gen.chute; the chute writer that later deletes
+    creates it, and a reader that opened before picks it up."""
+    path = tmp_path / "s.zr"
+    make_store(path, 100)
+    (path / _format.GEN_FILE).unlink()
+
+    def check() -> int:
+        with RecordStore(path) as r:
+            assert len(r) == 100
+            with RecordStore(path, mode="a") as w:
+                w.delete([0])
+            try:
+                r.gather_packed([5])
+            except StoreChangedError:
+                return OK
+            return WRONG_DATA
+
+    assert run_isolated(check) == OK

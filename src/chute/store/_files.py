@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ class StoreFiles:
         self.maps: Any = None
         self.gen_fd = -1
         self.gen_map: mmap.mmap | None = None
+        self._gen_lock = threading.Lock()
         self.dictionary: bytes | None = None
         self.ddict: Any = None
 
@@ -246,10 +248,12 @@ class StoreFiles:
         return True
 
     def generation(self) -> int:
-        """The store's generation now (0 for a store without gen.chute)."""
+        """The store's generation now (0 for a store without gen.chute). A reader that
+        opened before a chute writer created the file picks it up here."""
         if self.gen_map is None:
-            if self.writable or not self.open_gen():
-                return 0
+            with self._gen_lock:  # threads of one handle check at once: open it once
+                if self.gen_map is None and (self.writable or not self.open_gen()):
+                    return 0
             assert self.gen_map is not None
         return _native.load_generation(self.gen_map)
 
