@@ -63,6 +63,56 @@ def test_errors_are_messages_not_tracebacks(tmp_path: Path) -> None:
     assert r.returncode == 2 and "overwrite" in r.stderr
 
 
+def test_info_and_verify_take_several_stores_and_json(tmp_path: Path) -> None:
+    import json
+
+    chute.write_dataset(tmp_path / "a.zr", np.zeros((30, 64), np.uint8)).close()
+    chute.write_dataset(tmp_path / "b.zr", np.ones((20, 64), np.uint8), codec="raw").close()
+    a, b, missing = (str(tmp_path / n) for n in ("a.zr", "b.zr", "missing.zr"))
+    r = run("info", a, b)
+    assert r.returncode == 0 and f"== {a}" in r.stdout and f"== {b}" in r.stdout
+    assert "table:" in r.stdout and "checksums:" in r.stdout and "on disk:" in r.stdout
+    r = run("info", "--json", a, b)
+    docs = json.loads(r.stdout)
+    assert [d["records"] for d in docs] == [30, 20]
+    on_disk = sum(f.stat().st_blocks * 512 for f in (tmp_path / "b.zr").iterdir())
+    assert docs[1]["disk_bytes"] == on_disk
+    assert docs[1]["table_bytes"] == (tmp_path / "b.zr" / "meta.zr").stat().st_size
+    assert docs[1]["checksum_bytes"] == (tmp_path / "b.zr" / "crc32c.chute").stat().st_size
+    r = run("verify", "--json", a, missing, b)
+    assert r.returncode == 2  # one path failed; the others were still checked
+    docs = json.loads(r.stdout)
+    assert [d.get("checked") for d in docs] == [30, None, 20]
+    assert "does not exist" in docs[1]["error"] and "missing.zr" in r.stderr
+    with open(tmp_path / "b.zr" / "0.zr", "r+b") as f:
+        f.seek(64 * 3)
+        f.write(b"\x07")
+    r = run("verify", "-q", a, b)
+    assert r.returncode == 1 and r.stderr == ""
+    assert "DAMAGED record 3" in r.stdout and "19 matched their checksum" in r.stdout
+
+
+def test_progress_on_the_command_line_and_quiet(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.zeros((300, 1024), np.uint8))
+    r = run("convert", str(tmp_path / "a.npy"), str(tmp_path / "a.zr"))
+    assert r.returncode == 0 and "MiB" in r.stderr and "write a.zr" in r.stderr
+    r = run("verify", str(tmp_path / "a.zr"))
+    assert r.returncode == 0 and "verify a.zr" in r.stderr and "MiB" in r.stderr
+    with chute.RecordStore(tmp_path / "a.zr", mode="a") as s:
+        s.delete(range(0, 300, 2))
+    r = run("compact", str(tmp_path / "a.zr"))
+    assert r.returncode == 0 and "compact a.zr" in r.stderr
+    r = run("compact", "-q", str(tmp_path / "a.zr"))
+    assert r.returncode == 0 and r.stderr == ""
+
+
+def test_zstd_level_out_of_range_is_an_error(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.zeros((3, 8), np.uint8))
+    r = run("convert", str(tmp_path / "a.npy"), str(tmp_path / "a.zr"), "--level", "99")
+    assert r.returncode == 2 and "level must be an integer zstd level" in r.stderr
+    assert not (tmp_path / "a.zr").exists()
+
+
 def test_convert_appends_and_speaks_the_command_lines_words(tmp_path: Path) -> None:
     a = np.arange(40, dtype=np.int32).reshape(10, 4)
     np.save(tmp_path / "a.npy", a)

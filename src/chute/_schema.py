@@ -20,8 +20,7 @@ from chute.errors import (
     StoreNotFoundError,
 )
 from chute.store import Codec, RecordStore
-from chute.store._format import SCHEMA_FILE, codec_name, parse_codec
-from chute.store._io import write_file_atomic
+from chute.store._internal import SCHEMA_FILE, codec_name, parse_codec, write_file_atomic
 
 SCHEMA_FORMAT = "loaderx-zrecord"
 SCHEMA_VERSION = 1
@@ -62,7 +61,29 @@ def parse_schema(doc: Any, where: str) -> dict[str, Any]:
                 doc[key] = tuple(int(d) for d in doc[key])
     except (TypeError, ValueError) as e:
         raise CorruptStoreError(f"{where}: bad dtype or shape: {e}") from None
+    try:
+        check_plain_dtype(doc["dtype"])
+    except TypeError as e:
+        raise CorruptStoreError(f"{where}: {e}") from None
+    if any(d < 0 for key in ("shape", "item_shape") for d in doc.get(key, ())):
+        raise CorruptStoreError(f"{where}: a negative dimension in the record shape")
     return doc
+
+
+def check_plain_dtype(dtype: np.dtype[Any]) -> None:
+    """Refuse a dtype whose bytes are not plain data: Python objects (``"|O"``, or a
+    structured dtype with an object field) and numpy's variable-width strings hold pointers,
+    which are meaningless once stored and crash the interpreter when read back as records.
+
+    >>> check_plain_dtype(np.dtype("<f4"))  # fine: plain data
+    >>> check_plain_dtype(np.dtype([("a", "<f4"), ("b", "O")]))
+    Traceback (most recent call last):
+    TypeError: dtype [('a', '<f4'), ('b', 'O')] holds Python objects or pointers; ...
+    """
+    if dtype.hasobject or dtype.kind == "T":
+        raise TypeError(
+            f"dtype {dtype} holds Python objects or pointers; only plain dtypes can be stored"
+        )
 
 
 WriteMode = Literal["w", "a"]

@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from chute._progress import Progress
 from chute._schema import read_schema
 from chute.dataset import write_dataset
+from chute.datasets import _cli as sharded
 from chute.datasets import is_sharded
-from chute.datasets._cli import COMMANDS as SHARDED_COMMANDS
 from chute.errors import ChuteError
 from chute.store import RecordStore
-from chute.store._format import CODEC_NAMES
+from chute.store._internal import CODEC_NAMES
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -42,17 +45,34 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def _info(args: argparse.Namespace) -> int:
-    path = Path(args.store)
+def _info_one(path: Path) -> dict[str, Any]:
+    if is_sharded(path):
+        return sharded.info_report(path)
     with RecordStore(path, mode="r") as store:
         stats = store.stats()
     try:
         schema = read_schema(path)
-        kind = "ragged" if schema.get("ragged") else "fixed"
         shape = schema.get("item_shape", schema.get("shape", ()))
-        print(f"schema:    {kind}, dtype {schema['dtype']}, record shape {tuple(shape)}")
+        stats["schema"] = {
+            "kind": "ragged" if schema.get("ragged") else "fixed",
+            "dtype": str(schema["dtype"]),
+            "shape": list(shape),
+        }
     except ChuteError:
+        stats["schema"] = None
+    return stats
+
+
+def _print_info(path: Path, stats: dict[str, Any]) -> None:
+    if "shards" in stats:
+        sharded.print_info(stats)
+        return
+    schema = stats["schema"]
+    if schema is None:
         print("schema:    none (a plain record store)")
+    else:
+        shape = tuple(schema["shape"])
+        print(f"schema:    {schema['kind']}, dtype {schema['dtype']}, record shape {shape}")
     codecs = ", ".join(f"{k} {v}" for k, v in stats["codecs"].items())
     print(f"records:   {stats['records']}")
     print(f"codecs:    {codecs}")
@@ -60,36 +80,96 @@ def _info(args: argparse.Namespace) -> int:
     print(f"stored:    {_mib(stats['live_bytes'])} (ratio {stats['ratio']:.2f}x)")
     print(f"chunks:    {stats['chunks']} holding {_mib(stats['chunk_bytes'])}")
     print(f"garbage:   {_mib(stats['reclaimable'])} reclaimable by `chute compact`")
+    print(f"table:     {_mib(stats['table_bytes'])} (meta.zr)")
+    print(f"checksums: {_mib(stats['checksum_bytes'])} (crc32c.chute)" if stats["has_checksums"]
+          else "checksums: none (written by another tool)")  # fmt: skip
+    print(f"on disk:   {_mib(stats['disk_bytes'])} in all the store's files")
     print(f"dict.zr:   {'yes' if stats['has_dict'] else 'no'}")
-    print(f"checksums: {'yes' if stats['has_checksums'] else 'no (written by another tool)'}")
-    return 0
 
 
-def _verify(args: argparse.Namespace) -> int:
-    with RecordStore(args.store, mode="r") as store:
-        report = store.verify()
-        has_sums = store.has_checksums
-    for index, message in report["damaged"]:
-        print(f"DAMAGED record {index}: {message}")
-    checked = report["records"] - report["unchecked"]
-    if not has_sums:
+def _info(args: argparse.Namespace) -> int:
+    return _each(args, _info_one, _print_info)
+
+
+def _verify_one(path: Path, quiet: bool) -> dict[str, Any]:
+    if is_sharded(path):
+        return sharded.verify_report(path, quiet)
+    with (
+        RecordStore(path, mode="r") as store,
+        Progress(None, f"verify {path.name}", show=not quiet) as bar,
+    ):
+        report = store.verify(progress=bar.callback())
+        report["has_checksums"] = store.has_checksums
+    report["damaged"] = [{"index": i, "message": m} for i, m in report["damaged"]]
+    return report
+
+
+def _print_verify(path: Path, report: dict[str, Any]) -> None:
+    if "shards" in report:
+        sharded.print_verify(report)
+        return
+    for item in report["damaged"]:
+        print(f"DAMAGED record {item['index']}: {item['message']}")
+    damaged = len(report["damaged"])
+    if not report["has_checksums"]:
         print(
             "note: this store has no checksums (it was written by another tool), so verify "
             "cannot check record bytes; it checked that every record decodes"
         )
     elif report["unchecked"]:
-        print(f"note: {report['unchecked']} records have no checksum (written by another tool)")
-    verdict = "damaged" if report["damaged"] else "ok"
+        print(
+            f"note: {report['unchecked']} records were written or moved by another tool "
+            "and have no checksum: verify checked that they decode"
+        )
+    verdict = "damaged" if damaged else "ok"
     print(
-        f"{verdict}: {report['records']} records decoded, {checked} checksums matched, "
-        f"{len(report['damaged'])} damaged"
+        f"{verdict}: {report['records']} records: {report['checked']} matched their "
+        f"checksum, {report['unchecked']} decoded without one, {damaged} damaged"
     )
-    return 1 if report["damaged"] else 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    return _each(args, lambda p: _verify_one(p, args.quiet or args.json), _print_verify)
+
+
+def _each(
+    args: argparse.Namespace,
+    run: Callable[[Path], dict[str, Any]],
+    show: Callable[[Path, dict[str, Any]], None],
+) -> int:
+    """Run a report over every path given: text with a header per store (when several), or
+    one JSON list. A path that fails is reported and the others still run. Exit status: 2
+    if any path failed, else 1 if any store is damaged, else 0."""
+    results: list[dict[str, Any]] = []
+    status = 0
+    for name in args.stores:
+        path = Path(name)
+        try:
+            result = {"path": str(path), **run(path)}
+        except (ChuteError, OSError, ValueError) as e:
+            print(f"chute {args.command}: error: {path}: {e}", file=sys.stderr)
+            results.append({"path": str(path), "error": str(e)})
+            status = 2
+            continue
+        results.append(result)
+        if result.get("damaged"):
+            status = max(status, 1)
+        if not args.json:
+            if len(args.stores) > 1:
+                print(f"== {path}")
+            show(path, result)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return status
 
 
 def _compact(args: argparse.Namespace) -> int:
-    with RecordStore(args.store, mode="a") as store:
-        freed = store.compact()
+    path = Path(args.store)
+    with (
+        RecordStore(path, mode="a") as store,
+        Progress(None, f"compact {path.name}", show=not args.quiet) as bar,
+    ):
+        freed = store.compact(progress=bar.callback())
         stats = store.stats()
     print(f"freed {_mib(freed)}; {stats['records']} records in {_mib(stats['chunk_bytes'])}")
     return 0
@@ -116,13 +196,19 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     c.set_defaults(run=_convert)
     for name, fn, text in (
-        ("info", _info, "schema, record and codec counts, ratio, garbage"),
+        ("info", _info, "schema, record and codec counts, ratio, garbage, bytes on disk"),
         ("verify", _verify, "decode every record and check its checksum"),
-        ("compact", _compact, "reclaim the space of deleted records, in place"),
     ):
         s = sub.add_parser(name, help=text)
-        s.add_argument("store")
+        s.add_argument("stores", nargs="+", metavar="store")
+        s.add_argument("--json", action="store_true", help="one JSON list, a report per store")
+        if name == "verify":
+            s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
         s.set_defaults(run=fn)
+    s = sub.add_parser("compact", help="reclaim the space of deleted records")
+    s.add_argument("store")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(run=_compact)
     sub.add_parser("metrics", help="the metric log: chute metrics --help", add_help=False)
     return p
 
@@ -133,8 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics_cli = importlib.import_module("chute.metrics._cli")
         return int(metrics_cli.main(args_list[1:]))
     args = _parser().parse_args(args_list)
-    if args.command in SHARDED_COMMANDS and is_sharded(args.store):
-        args.run = SHARDED_COMMANDS[args.command]
+    if args.command == "compact" and is_sharded(args.store):
+        args.run = sharded.compact
     try:
         return int(args.run(args))
     except (ChuteError, OSError, ValueError) as e:

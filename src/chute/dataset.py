@@ -4,27 +4,22 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from tqdm import tqdm
 
-from chute._schema import WriteMode, open_for_writing
+from chute._progress import STEP_BYTES, Progress
+from chute._schema import WriteMode, check_plain_dtype, open_for_writing
 from chute._view import StoreView, check_indices
 from chute.datasets import is_sharded
 from chute.datasets._append import write_sharded
 from chute.datasets._write import check_sharding, remove_dataset_files
 from chute.store import Codec
-from chute.store._codec import sample_rows
-from chute.store._format import MAX_RECORD
+from chute.store._internal import MAX_RECORD, sample_rows
 
 __all__ = ["Dataset", "write_dataset"]
-
-#: Writes larger than this show a progress bar unless told otherwise.
-_PROGRESS_BYTES = 256 << 20
 
 
 def write_dataset(
@@ -48,7 +43,8 @@ def write_dataset(
     becomes a dataset of scalars. ``codec`` is ``"zstd"`` (level 3), ``"raw"`` or
     ``"zstd_dict"`` (a dictionary of at most ``dict_size`` bytes trained on a spread of rows,
     then level 19); the default is ``"zstd"``, or the store's own codec when appending.
-    ``progress`` shows a bar; by default only for writes over 256 MiB.
+    ``progress`` shows a bar (in MiB, moving at least every second or so, dictionary
+    training included); by default only for writes over 256 MiB.
 
     ``mode="w"`` writes a new store and refuses an existing one unless ``overwrite=True``;
     ``mode="a"`` appends to an existing store (or creates it), after checking that the
@@ -71,8 +67,7 @@ def write_dataset(
     shape = tuple(int(d) for d in array.shape)
     if not shape:
         raise ValueError("write_dataset needs an array with at least one axis (a record per row)")
-    if dtype.hasobject:
-        raise TypeError(f"dtype {dtype} holds Python objects; only plain dtypes can be stored")
+    check_plain_dtype(dtype)
     row_bytes = dtype.itemsize * math.prod(shape[1:])
     if row_bytes > MAX_RECORD:
         raise ValueError(f"one row is {row_bytes} bytes; the Zrecord format caps a record at 1 MiB")
@@ -88,29 +83,29 @@ def write_dataset(
     if overwrite and is_sharded(path):
         remove_dataset_files(path)
     n = shape[0]
-    rows_per_step = max(1, chunk_bytes // max(row_bytes, 1))
-    total = n * row_bytes
-    show = progress if progress is not None else total > _PROGRESS_BYTES
+    rows_per_read = max(1, chunk_bytes // max(row_bytes, 1))
+    rows_per_step = max(1, min(chunk_bytes, STEP_BYTES) // max(row_bytes, 1))
     fields = {"dtype": dtype.str, "shape": list(shape[1:])}
     store, c = open_for_writing(
         path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
     )
-    with store:
+    with store, Progress(n * row_bytes, f"write {path.name}", show=progress) as bar:
         if c is Codec.ZSTD_DICT and not store.has_dict and n:
             picks = sample_rows(n, row_bytes, dict_size)
-            store.train_dict(_rows_as_bytes(np.asarray(array[picks]), len(picks)), dict_size)
-        with tqdm(
-            total=total, unit="B", unit_scale=True, disable=not show, file=sys.stderr,
-            desc=f"write {path.name}",
-        ) as bar:  # fmt: skip
-            for start in range(0, n, rows_per_step):
-                rows = np.asarray(array[start : start + rows_per_step])
-                store.append(_rows_as_bytes(rows, len(rows)))
-                bar.update(len(rows) * row_bytes)
+            samples = _rows_as_bytes(np.asarray(array[picks]), len(picks))
+            bar.while_running(
+                "training zstd dictionary", lambda: store.train_dict(samples, dict_size)
+            )
+        for start in range(0, n, rows_per_read):
+            rows = _rows_as_bytes(np.asarray(array[start : start + rows_per_read]), -1)
+            for k in range(0, len(rows), rows_per_step):  # small steps: a bar that moves
+                store.append(rows[k : k + rows_per_step])
+                bar.advance(len(rows[k : k + rows_per_step]) * row_bytes)
     return Dataset(path)
 
 
 def _rows_as_bytes(rows: npt.NDArray[Any], n: int) -> npt.NDArray[np.uint8]:
+    n = len(rows) if n < 0 else n
     return np.ascontiguousarray(rows).reshape(n, -1).view(np.uint8).reshape(n, -1)
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "RunLockedError",
     "RunNotFoundError",
     "SchemaMismatchError",
+    "StoreChangedError",
     "StoreClosedError",
     "StoreError",
     "StoreKindError",
@@ -44,6 +45,11 @@ class StoreLockedError(StoreError):
 
 class StoreClosedError(StoreError, ValueError):
     """The store was closed."""
+
+
+class StoreChangedError(StoreError, RuntimeError):
+    """A delete, compaction or reset changed the store since this reader opened it (or
+    while it read): the records it would return may be gone or moved. Reopen the store."""
 
 
 class CorruptStoreError(StoreError):

@@ -19,14 +19,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chute._schema import WriteMode, open_for_writing
+from chute._progress import STEP_BYTES, Progress
+from chute._schema import WriteMode, check_plain_dtype, open_for_writing
 from chute._view import StoreView, check_indices
 from chute.datasets import is_sharded
 from chute.datasets._append import write_sharded
 from chute.datasets._write import check_sharding, remove_dataset_files
 from chute.errors import CorruptStoreError
 from chute.store import Codec, RecordStore
-from chute.store._format import MAX_RECORD
+from chute.store._internal import MAX_RECORD
 
 __all__ = ["RaggedDataset", "pad", "write_ragged"]
 
@@ -71,6 +72,7 @@ def write_ragged(
     overwrite: bool = False,
     shard_records: int | None = None,
     workers: int | None = None,
+    progress: bool | None = None,
 ) -> RaggedDataset:
     """Write an iterable of variable-length arrays, one record each, and return it opened.
 
@@ -83,6 +85,7 @@ def write_ragged(
     ``shard_records=N`` writes a sharded dataset of N records per store, ``workers`` shards
     at a time in a process pool (see `chute.datasets`); ``mode="a"`` on a sharded dataset
     appends to it (`chute.append_ragged`).
+    ``progress`` shows a bar in MiB; by default once more than 256 MiB were written.
     """
     path = Path(path)
     want_dtype = None if dtype is None else np.dtype(dtype)
@@ -95,8 +98,7 @@ def write_ragged(
     set_dtype = first[1] if first else want_dtype
     set_shape = first[2] if first else want_shape
     assert set_dtype is not None and set_shape is not None
-    if set_dtype.hasobject:
-        raise TypeError(f"dtype {set_dtype} holds Python objects; only plain dtypes can be stored")
+    check_plain_dtype(set_dtype)
     if shard_records is not None or (mode == "a" and is_sharded(path)):
         options = {
             "codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size, "level": level,
@@ -114,17 +116,17 @@ def write_ragged(
     store, c = open_for_writing(
         path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
     )
-    with store:
+    with store, Progress(None, f"write {path.name}", show=progress) as bar:
         pending: list[npt.NDArray[Any]] = [first[0]] if first else []
         size = pending[0].nbytes if pending else 0
         written = 0
         for record, _, _ in records:
             if size + record.nbytes > chunk_bytes and pending:
-                written = _flush(store, pending, written, c, dict_size)
+                written = _flush(store, pending, written, c, dict_size, bar)
                 pending, size = [], 0
             pending.append(record)
             size += record.nbytes
-        _flush(store, pending, written, c, dict_size)
+        _flush(store, pending, written, c, dict_size, bar)
     return RaggedDataset(path)
 
 
@@ -144,8 +146,10 @@ def _flush(
     written: int,
     codec: Codec,
     dict_size: int | None,
+    bar: Progress,
 ) -> int:
-    """Append one chunk of records; returns how many the store holds after it."""
+    """Append one chunk of records (in small steps, so a bar moves); returns how many the
+    store holds after it."""
     if not records:
         return written
     lengths = np.array([r.nbytes for r in records], np.int64)
@@ -155,10 +159,17 @@ def _flush(
             f"record {written + i} is {int(lengths[i])} bytes; "
             "the Zrecord format caps a record at 1 MiB"
         )
-    data = np.concatenate([r.reshape(-1).view(np.uint8) for r in records])
+    flat = [r.reshape(-1).view(np.uint8) for r in records]
     if codec is Codec.ZSTD_DICT and not store.has_dict:
-        store.train_dict([r.reshape(-1).view(np.uint8) for r in records], dict_size)
-    store.append_packed(data, lengths)
+        bar.while_running("training zstd dictionary", lambda: store.train_dict(flat, dict_size))
+    ends = np.cumsum(lengths)
+    first = 0
+    while first < len(records):
+        base = int(ends[first - 1]) if first else 0
+        last = max(first + 1, int(np.searchsorted(ends, base + STEP_BYTES, side="right")))
+        store.append_packed(np.concatenate(flat[first:last]), lengths[first:last])
+        bar.advance(int(ends[last - 1]) - base)
+        first = last
     return written + len(records)
 
 

@@ -67,7 +67,8 @@ class StoreModel(RuleBasedStateMachine):
         got = [values[offsets[k] : offsets[k + 1]].tobytes() for k in range(len(self.model))]
         assert got == self.model
         with RecordStore(self.dir / "s.zr") as reader:  # what another process would see
-            assert reader.verify() == {"records": len(self.model), "damaged": [], "unchecked": 0}
+            n = len(self.model)
+            assert reader.verify() == {"records": n, "damaged": [], "unchecked": 0, "checked": n}
 
 
 class SmallChunks(StoreModel):

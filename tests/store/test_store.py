@@ -382,3 +382,15 @@ def test_gather_into_padded_slots(store_path: Path) -> None:
             s.gather_into([0], out, [0, 1])
         with pytest.raises(ValueError, match="slot"):
             s.gather_into([2], out, [13])  # 4 bytes do not fit at byte 13 of 15
+
+
+def test_reader_sees_a_dictionary_trained_after_it_opened(store_path: Path) -> None:
+    recs = [record(i, 2000) for i in range(200)]
+    with RecordStore(store_path, mode="w") as w, RecordStore(store_path) as r:
+        w.append(recs[:10])
+        assert len(r) == 10 and not r.has_dict
+        w.train_dict(recs)
+        w.append(recs[10:], codec="zstd_dict")
+        values, offsets = r.gather_packed([0, 150])  # refreshes: finds dict.zr
+        assert values[: offsets[1]].tobytes() == recs[0]
+        assert values[offsets[1] :].tobytes() == recs[150] and r.has_dict

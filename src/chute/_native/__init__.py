@@ -1,23 +1,33 @@
 """The typed face of chute's compiled core. Only `chute.store` and `chute.sampler` import it."""
 
+from chute._native import _zrecord as codes  # GE_* gather error codes, MAX_RECORD
 from chute._native._sampler import fill
 from chute._native._zrecord import (
     compress,
     crc32c,
     gather,
+    load_generation,
+    load_state,
     make_cdict,
     make_ddict,
     map_chunks,
+    store_generation,
+    store_state,
     train_dict,
 )
 
 __all__ = [
+    "codes",
     "compress",
     "crc32c",
     "fill",
     "gather",
+    "load_generation",
+    "load_state",
     "make_cdict",
     "make_ddict",
     "map_chunks",
+    "store_generation",
+    "store_state",
     "train_dict",
 ]

@@ -117,7 +117,11 @@ static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
             const zr_loc *loc = &a->table[ix];
             uint64_t off = a->dst_off ? a->dst_off[i] : (uint64_t)i * a->stride;
             uint64_t want = a->dst_off ? loc->logic_length : a->stride;
-            if (loc->logic_length != want) {
+            if (loc->logic_length > MAX_RECORD || loc->phys_length > MAX_RECORD) {
+                /* damage, not a size mismatch: say so before comparing with the slot */
+                code = GE_TOO_LARGE;
+                detail = loc->logic_length > MAX_RECORD ? loc->logic_length : loc->phys_length;
+            } else if (loc->logic_length != want) {
                 code = GE_DST;
                 detail = loc->logic_length;
             } else if (off > a->dst_len || a->dst_len - off < loc->logic_length) {
@@ -138,6 +142,9 @@ static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
                         }
                     } else if (s && s->valid && a->strict) {
                         code = GE_TABLE;
+                    } else if (!s && a->strict) {
+                        code = GE_SUMS; /* in step, yet shorter than the table: truncated */
+                        detail = (long long)a->nsums;
                     } else {
                         job->unchecked[shard]++;
                     }

@@ -31,22 +31,26 @@ typedef struct {
 enum { CODEC_RAW = 0, CODEC_ZSTD = 1, CODEC_ZSTD_DICT = 2 };
 enum { MAX_RECORD = 1u << 20 };
 
-/* Error codes, translated into exceptions by the Python layer. */
-enum {
-    GE_OK = 0,
-    GE_INDEX,      /* index outside 0..length */
-    GE_CHUNK,      /* chunk_id outside the store's chunks */
-    GE_BOUNDS,     /* offset + phys_length past the chunk's end */
-    GE_TOO_LARGE,  /* logic or phys length over the format's cap */
-    GE_CODEC,      /* unknown codec tag */
-    GE_NO_DICT,    /* zstd_dict record in a store without dict.zr */
-    GE_DECODE,     /* zstd reported an error */
-    GE_LENGTH,     /* decoded size differs from logic_length, or raw phys != logic */
-    GE_DST,        /* destination slot too small or outside the buffer */
-    GE_CHECKSUM,   /* logical bytes differ from the sidecar's CRC-32C */
-    GE_NOMEM,
-    GE_TABLE,      /* table entry differs from where its checksum says the record was */
-};
+/* Error codes, translated into exceptions by the Python layer, which reads them from the
+ * module's constants (GE_INDEX ...): this list is their only definition. */
+#define CHUTE_GATHER_ERRORS(X)                                                          \
+    X(GE_INDEX, 1)      /* index outside 0..length */                                   \
+    X(GE_CHUNK, 2)      /* chunk_id outside the store's chunks */                       \
+    X(GE_BOUNDS, 3)     /* offset + phys_length past the chunk's end */                 \
+    X(GE_TOO_LARGE, 4)  /* logic or phys length over the format's cap */                \
+    X(GE_CODEC, 5)      /* unknown codec tag */                                         \
+    X(GE_NO_DICT, 6)    /* zstd_dict record in a store without dict.zr */               \
+    X(GE_DECODE, 7)     /* zstd reported an error */                                    \
+    X(GE_LENGTH, 8)     /* decoded size differs from logic_length, or raw phys != logic */ \
+    X(GE_DST, 9)        /* destination slot too small or outside the buffer */          \
+    X(GE_CHECKSUM, 10)  /* logical bytes differ from the sidecar's CRC-32C */           \
+    X(GE_NOMEM, 11)                                                                     \
+    X(GE_TABLE, 12)     /* table entry differs from where its checksum says the record was */ \
+    X(GE_SUMS, 13)      /* the sidecar is in step with the table but has no entry for it */
+
+#define CHUTE_ENUM_ERROR(name, value) name = value,
+enum { GE_OK = 0, CHUTE_GATHER_ERRORS(CHUTE_ENUM_ERROR) };
+#undef CHUTE_ENUM_ERROR
 
 typedef struct {
     int code;

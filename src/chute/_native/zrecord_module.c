@@ -145,18 +145,59 @@ fail:
     return NULL;
 }
 
+/* True when a PEP 3118 format describes plain bytes: no Python object ('O') and no
+ * pointer ('&') anywhere, field names (between colons) skipped. Writing record bytes over an
+ * object's pointers would crash the interpreter later, so such buffers are refused. */
+static int plain_format(const char *f) {
+    if (!f) return 1; /* no format: unsigned bytes */
+    for (; *f; f++) {
+        if (*f == ':') { /* a field name: skip to its closing colon */
+            const char *end = strchr(f + 1, ':');
+            if (!end) return 0;
+            f = end;
+        } else if (*f == 'O' || *f == '&') {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The destination of a gather: writable, C-contiguous, plain bytes. */
+static int get_dst(PyObject *obj, Py_buffer *view) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_BufferError) &&
+            !PyErr_ExceptionMatches(PyExc_ValueError) &&
+            !PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError,
+                        "out must be a writeable C-contiguous buffer of a plain dtype");
+        return -1;
+    }
+    if (!plain_format(view->format)) {
+        PyErr_Format(PyExc_TypeError,
+                     "out has buffer format '%s', which holds Python objects or pointers: "
+                     "records can only be gathered into plain-data buffers",
+                     view->format);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
 /* gather(table, limits, chunks, idx, dst, stride, offsets, ddict, sums, strict, threads)
  *   -> (code, pos, detail, unchecked). code 0 is success; the caller raises otherwise. */
 static PyObject *gather(PyObject *self, PyObject *args) {
-    Py_buffer table, limits, idx, dst, offsets = {0}, sums = {0};
-    PyObject *chunks_obj, *offsets_obj, *ddict_obj, *sums_obj;
+    Py_buffer table, limits, idx, dst = {0}, offsets = {0}, sums = {0};
+    PyObject *chunks_obj, *dst_obj, *offsets_obj, *ddict_obj, *sums_obj;
     unsigned long long stride;
     Py_ssize_t threads;
     int strict;
-    if (!PyArg_ParseTuple(args, "y*y*Oy*w*KOOOpn", &table, &limits, &chunks_obj, &idx, &dst, &stride,
-                          &offsets_obj, &ddict_obj, &sums_obj, &strict, &threads))
+    if (!PyArg_ParseTuple(args, "y*y*Oy*OKOOOpn", &table, &limits, &chunks_obj, &idx, &dst_obj,
+                          &stride, &offsets_obj, &ddict_obj, &sums_obj, &strict, &threads))
         return NULL;
     PyObject *result = NULL;
+    if (get_dst(dst_obj, &dst) < 0) goto done;
     gather_args a = {0};
     chunk_maps *maps = PyCapsule_GetPointer(chunks_obj, CHUNKS_CAPSULE);
     if (!maps) goto done;
@@ -207,7 +248,7 @@ done:
     PyBuffer_Release(&table);
     PyBuffer_Release(&limits);
     PyBuffer_Release(&idx);
-    PyBuffer_Release(&dst);
+    if (dst.obj) PyBuffer_Release(&dst);
     if (offsets.buf) PyBuffer_Release(&offsets);
     if (sums.buf) PyBuffer_Release(&sums);
     return result;
@@ -292,6 +333,74 @@ done:
     return out;
 }
 
+/* The header state (tail_chunk u16 at byte 6, then tail_offset and length as one aligned
+ * u64 at byte 8) of meta.zr and of the checksum sidecar, read and published so that another
+ * thread or process sees the old state or the new, never a mix. The writer stores tail_chunk
+ * first and the (offset, length) word last; the reader loads in the opposite order. A reader
+ * that sees a new tail_chunk with the old word reads only old records, which all lie in the
+ * chunks it then knows. */
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the Zrecord header is little-endian; this core reads it in place"
+#endif
+
+static int state_buffer(PyObject *obj, Py_buffer *view, int writable) {
+    if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return -1;
+    if (view->len < 16 || ((uintptr_t)view->buf & 7)) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "a header needs an 8-byte aligned buffer of 16 bytes");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *load_state(PyObject *self, PyObject *obj) {
+    Py_buffer b;
+    if (state_buffer(obj, &b, 0) < 0) return NULL;
+    uint64_t word = __atomic_load_n((const uint64_t *)((const uint8_t *)b.buf + 8), __ATOMIC_ACQUIRE);
+    uint16_t chunk = __atomic_load_n((const uint16_t *)((const uint8_t *)b.buf + 6), __ATOMIC_ACQUIRE);
+    PyBuffer_Release(&b);
+    return Py_BuildValue("IkI", (unsigned)chunk, (unsigned long)(uint32_t)word,
+                         (unsigned)(word >> 32));
+}
+
+static PyObject *store_state(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    unsigned int chunk, offset, length;
+    if (!PyArg_ParseTuple(args, "OIII", &obj, &chunk, &offset, &length)) return NULL;
+    if (chunk > 0xFFFF) return PyErr_Format(PyExc_ValueError, "tail chunk %u over 16 bits", chunk);
+    Py_buffer b;
+    if (state_buffer(obj, &b, 1) < 0) return NULL;
+    uint8_t *p = b.buf;
+    __atomic_store_n((uint16_t *)(p + 6), (uint16_t)chunk, __ATOMIC_RELEASE);
+    __atomic_store_n((uint64_t *)(p + 8), (uint64_t)offset | ((uint64_t)length << 32),
+                     __ATOMIC_SEQ_CST);
+    PyBuffer_Release(&b);
+    Py_RETURN_NONE;
+}
+
+/* The store's generation (a u64 at byte 8 of gen.chute), bumped before a delete, compaction
+ * or reset changes anything a reader may have read, and checked by readers after each read. */
+static PyObject *load_generation(PyObject *self, PyObject *obj) {
+    Py_buffer b;
+    if (state_buffer(obj, &b, 0) < 0) return NULL;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* every read of records before this load */
+    uint64_t g = __atomic_load_n((const uint64_t *)((const uint8_t *)b.buf + 8), __ATOMIC_SEQ_CST);
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLongLong(g);
+}
+
+static PyObject *store_generation(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    unsigned long long g;
+    if (!PyArg_ParseTuple(args, "OK", &obj, &g)) return NULL;
+    Py_buffer b;
+    if (state_buffer(obj, &b, 1) < 0) return NULL;
+    __atomic_store_n((uint64_t *)((uint8_t *)b.buf + 8), (uint64_t)g, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* before any change the bump announces */
+    PyBuffer_Release(&b);
+    Py_RETURN_NONE;
+}
+
 static PyObject *crc32c(PyObject *self, PyObject *args) {
     Py_buffer buf;
     unsigned int value = 0;
@@ -312,6 +421,10 @@ static PyMethodDef methods[] = {
     {"make_cdict", make_cdict, METH_VARARGS, "Digest a dictionary for compression."},
     {"make_ddict", make_ddict, METH_VARARGS, "Digest a dictionary for decompression."},
     {"crc32c", crc32c, METH_VARARGS, "CRC-32C of a buffer."},
+    {"load_state", load_state, METH_O, "Read a header's (tail_chunk, tail_offset, length)."},
+    {"store_state", store_state, METH_VARARGS, "Publish a header's state in one step."},
+    {"load_generation", load_generation, METH_O, "Read gen.chute's generation."},
+    {"store_generation", store_generation, METH_VARARGS, "Publish a new generation."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -319,5 +432,17 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_zrecord", NULL, -1,
 
 PyMODINIT_FUNC PyInit__zrecord(void) {
     chute_crc32c_init();
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+#define CHUTE_ADD_ERROR(name, value)                                                         \
+    if (PyModule_AddIntConstant(m, #name, value) < 0) goto fail;
+    CHUTE_GATHER_ERRORS(CHUTE_ADD_ERROR)
+#undef CHUTE_ADD_ERROR
+    if (PyModule_AddIntConstant(m, "MAX_RECORD", MAX_RECORD) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "ZSTD_MIN_LEVEL", ZSTD_minCLevel()) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "ZSTD_MAX_LEVEL", ZSTD_maxCLevel()) < 0) goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
 }

@@ -10,6 +10,8 @@ typedef struct ZSTD_CDict_s ZSTD_CDict;
 typedef struct ZSTD_DDict_s ZSTD_DDict;
 
 size_t ZSTD_compressBound(size_t srcSize);
+int ZSTD_minCLevel(void); /* since zstd 1.4.0 */
+int ZSTD_maxCLevel(void);
 unsigned ZSTD_isError(size_t code);
 ZSTD_CCtx *ZSTD_createCCtx(void);
 size_t ZSTD_freeCCtx(ZSTD_CCtx *cctx);

@@ -97,6 +97,7 @@ def append_ragged(
     >>> len(ds), ds[2].tolist()
     (3, [0])
     """
+    from chute._progress import Progress
     from chute.ragged import RaggedDataset, _flush, _records
 
     path = Path(path)
@@ -106,7 +107,8 @@ def append_ragged(
     records = (record for record, _, _ in checked)
 
     def fill(store: RecordStore, room: int) -> int:
-        return _flush(store, list(islice(records, room)), 0, _codec(schema), None)
+        with Progress(None, f"append {path.name}", show=False) as bar:
+            return _flush(store, list(islice(records, room)), 0, _codec(schema), None, bar)
 
     def rest(added: int) -> Iterable[Any]:
         return ragged_payloads(records, manifest.shard_records, lazy=workers in (None, 1))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from chute._progress import Progress
 from chute.datasets._manifest import read_manifest
 from chute.datasets._store import ShardedStore
 from chute.datasets._write import recover, writer_lock
@@ -17,18 +18,30 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.2f} MiB"
 
 
-def info(args: argparse.Namespace) -> int:
-    with ShardedStore(args.store) as store:
+def info_report(path: Path) -> dict[str, Any]:
+    """`RecordStore.stats` summed over the shards, with each shard's own and the schema."""
+    with ShardedStore(path) as store:
         m = store.manifest
         stats = store.stats()
     schema = m.schema
-    kind = "ragged" if schema.get("ragged") else "fixed"
-    shape = schema.get("item_shape", schema.get("shape", ()))
-    print(f"sharded:   {len(m.shards)} shards of at most {m.shard_records} records")
-    print(f"schema:    {kind}, dtype {schema['dtype']}, record shape {tuple(shape)}")
-    for (name, n), s in zip(m.shards, stats["shards"], strict=True):
+    stats["schema"] = {
+        "kind": "ragged" if schema.get("ragged") else "fixed",
+        "dtype": str(schema["dtype"]),
+        "shape": list(schema.get("item_shape", schema.get("shape", ()))),
+    }
+    stats["shard_records"] = m.shard_records
+    stats["shard_names"] = [name for name, _ in m.shards]
+    return stats
+
+
+def print_info(stats: dict[str, Any]) -> None:
+    schema = stats["schema"]
+    names = stats["shard_names"]
+    print(f"sharded:   {len(names)} shards of at most {stats['shard_records']} records")
+    print(f"schema:    {schema['kind']}, dtype {schema['dtype']}, shape {tuple(schema['shape'])}")
+    for name, s in zip(names, stats["shards"], strict=True):
         print(
-            f"  {name}  {n:>10} records  {_mib(s['live_bytes']):>12} stored  "
+            f"  {name}  {s['records']:>10} records  {_mib(s['live_bytes']):>12} stored  "
             f"ratio {s['ratio']:.2f}x  garbage {_mib(s['reclaimable'])}"
         )
     codecs = ", ".join(f"{k} {v}" for k, v in stats["codecs"].items())
@@ -38,38 +51,64 @@ def info(args: argparse.Namespace) -> int:
     print(f"stored:    {_mib(stats['live_bytes'])} (ratio {stats['ratio']:.2f}x)")
     print(f"garbage:   {_mib(stats['reclaimable'])} reclaimable by `chute compact`")
     print(f"checksums: {'yes' if stats['has_checksums'] else 'no (written by another tool)'}")
-    return 0
 
 
-def verify(args: argparse.Namespace) -> int:
-    """Check the manifest, then every shard's length and records; damage never stops it."""
-    path = Path(args.store)
+def verify_report(path: Path, quiet: bool) -> dict[str, Any]:
+    """Check the manifest, then every shard's length and records; damage never stops it.
+    Damaged records are named by their global index and their shard."""
     manifest = read_manifest(path)
-    problems = 0
-    checked = total = 0
+    damaged: list[dict[str, Any]] = []
+    shards: list[dict[str, Any]] = []
+    checked = unchecked = 0
     starts = manifest.starts()
-    with ShardedStore(path) as store:
+    with ShardedStore(path) as store, Progress(None, f"verify {path.name}", show=not quiet) as bar:
+        base = 0  # bytes of the shards already verified: one bar over the whole dataset
         for i, (name, n) in enumerate(manifest.shards):
             start = int(starts[i])
+
+            def moved(done: int, total: int, base: int = base) -> None:
+                bar.reached(base + done, base + total)
+
             try:
-                report = store.shard(i).verify()
+                report = store.shard(i).verify(progress=moved)
+                base += int(store.shard(i).stats()["logical_bytes"])
             except ChuteError as e:
-                print(f"DAMAGED shard {name}: {e}")
-                problems += 1
+                damaged.append({"index": None, "shard": name, "message": str(e)})
+                shards.append({"name": name, "records": n, "state": "damaged"})
                 continue
             for local, message in report["damaged"]:
-                print(f"DAMAGED record {start + local} ({name} record {local}): {message}")
-            problems += len(report["damaged"])
-            checked += report["records"] - report["unchecked"]
-            total += n
+                damaged.append(
+                    {"index": start + local, "shard": name, "local": local, "message": message}
+                )
+            checked += report["checked"]
+            unchecked += report["unchecked"]
             state = "damaged" if report["damaged"] else "ok"
-            print(f"  {name}  {n} records  {state}")
-    verdict = "damaged" if problems else "ok"
+            shards.append({"name": name, "records": n, "state": state})
+    return {
+        "records": manifest.records,
+        "checked": checked,
+        "unchecked": unchecked,
+        "damaged": damaged,
+        "shards": shards,
+        "has_checksums": True,
+    }
+
+
+def print_verify(report: dict[str, Any]) -> None:
+    for item in report["damaged"]:
+        if item["index"] is None:
+            print(f"DAMAGED shard {item['shard']}: {item['message']}")
+        else:
+            local = f"{item['shard']} record {item['local']}"
+            print(f"DAMAGED record {item['index']} ({local}): {item['message']}")
+    for shard in report["shards"]:
+        print(f"  {shard['name']}  {shard['records']} records  {shard['state']}")
+    verdict = "damaged" if report["damaged"] else "ok"
     print(
-        f"{verdict}: {len(manifest.shards)} shards, {total} records decoded, "
-        f"{checked} checksums matched, {problems} damaged"
+        f"{verdict}: {len(report['shards'])} shards, {report['records']} records: "
+        f"{report['checked']} matched their checksum, {report['unchecked']} decoded without "
+        f"one, {len(report['damaged'])} damaged"
     )
-    return 1 if problems else 0
 
 
 def compact(args: argparse.Namespace) -> int:
@@ -83,10 +122,3 @@ def compact(args: argparse.Namespace) -> int:
                 freed += store.compact()
     print(f"freed {_mib(freed)} over {len(manifest.shards)} shards; {manifest.records} records")
     return 0
-
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "info": info,
-    "verify": verify,
-    "compact": compact,
-}

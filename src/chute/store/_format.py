@@ -7,6 +7,8 @@ A store is a directory::
     dict.zr        a zstd dictionary, present once one was trained
     schema.json    dtype and per-record shape, written by the dataset layer
     crc32c.chute   chute's sidecar: CRC-32C of each record's logical bytes (others ignore it)
+    gen.chute      chute's generation: bumped by every delete, compaction and reset, so open
+                   readers notice; readers lock it shared while they open (others ignore it)
 
 loaderx preallocates meta.zr at its 256 MiB maximum and chunks at 4 GiB, sparse. chute sizes
 meta.zr to its records (growing geometrically) and chunk files to their data; both layouts
@@ -67,6 +69,11 @@ SUMS_DTYPE: Final = np.dtype(
         ("valid", "u1"),
     ]
 )
+
+GEN_FILE: Final = "gen.chute"
+GEN_MAGIC: Final = b"ZGEN"
+GEN_VERSION: Final = 1
+GEN_HEADER = struct.Struct("<4sHxxQ")  # magic, version, generation (u64 at byte 8)
 
 ZSTD_LEVEL: Final = 3
 ZSTD_DICT_LEVEL: Final = 19

@@ -1,0 +1,26 @@
+"""What the layers above the store (`chute.dataset`, `chute.ragged`, `chute._schema`,
+`chute.cli`) use of its internals, published in one place.
+
+Those modules import from here and nowhere else inside `chute.store`, so the store's private
+modules (`_format`, `_codec`, `_io` ...) can change without reaching through them:
+
+* `MAX_RECORD`: the format's cap on one record's bytes (1 MiB), logical or stored.
+* `CODEC_NAMES`, `parse_codec`, `codec_name`: codec names as users and schema.json spell them.
+* `SCHEMA_FILE`: the name of the dataset layer's schema.json inside a store directory.
+* `sample_rows`: which rows to train a zstd dictionary on.
+* `write_file_atomic`: replace a small file so a crash leaves the old or the new, never half.
+"""
+
+from chute.store._codec import sample_rows
+from chute.store._format import CODEC_NAMES, MAX_RECORD, SCHEMA_FILE, codec_name, parse_codec
+from chute.store._io import write_file_atomic
+
+__all__ = [
+    "CODEC_NAMES",
+    "MAX_RECORD",
+    "SCHEMA_FILE",
+    "codec_name",
+    "parse_codec",
+    "sample_rows",
+    "write_file_atomic",
+]
