@@ -82,7 +82,7 @@ class Schema:
             if type(value) is float and meta is not None and meta.last_step != step:
                 code = meta.code
                 if code == "f64" or (code == "f32" and -_F32_MAX <= value <= _F32_MAX):
-                    out.append((name, Value("f32", value, None, False), code))
+                    out.append((name, Value("f64", value, None, False), code))
                     continue
             if meta is None:
                 F.check_name(name, self.root)
