@@ -27,7 +27,7 @@ class DirectWriter(StreamingWriter):
     def __init__(
         self,
         outdir: str | os.PathLike[str],
-        step: int = 0,
+        step: int | None = None,
         write_threads: int = 16,
         config: _config.ConfigArg = "config.json",
         allow_resume_finalized: bool = False,

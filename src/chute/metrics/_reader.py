@@ -206,21 +206,22 @@ class Reader:
         dtype: DTypeArg | Mapping[str, DTypeArg] = "standard",
         **selectors: Any,
     ) -> tuple[np.ndarray[Any, Any], dict[str, np.ndarray[Any, Any]]]:
-        """Step-aligned columns: only steps present in every metric (inner join)."""
-        cols = list(names)
+        """Step-aligned columns: only steps present in every metric (inner join).
+
+        `on` names the column the selectors apply to; a metric not among `names` takes
+        part in the join without being returned. Repeated names are read once.
+        """
+        cols = list(dict.fromkeys(names))
         if not cols:
             raise ValueError("table() needs at least one metric name")
-        if len(set(cols)) != len(cols):
-            raise ValueError(f"table() got duplicate metric names: {cols}")
-        if on != "step" and on not in cols:
-            raise ValueError(f"on={on!r} must be 'step' or one of the requested metrics {cols}")
+        joined = cols if on == "step" or on in cols else [on, *cols]
         sel = Selection.of(selectors)
         per = dtype if isinstance(dtype, Mapping) else {}
         dtypes = {n: per.get(n, "standard") if per else dtype for n in cols}
         unknown = set(dtype) - set(cols) if isinstance(dtype, Mapping) else set()
         if unknown:
             raise ValueError(f"dtype given for metrics not in the table: {sorted(unknown)}")
-        steps, raw = self._retry(lambda: self._table(cols, on, sel))
+        steps, raw = self._retry(lambda: self._table(joined, on, sel))
         return steps, {n: cast(raw[n][0], raw[n][1], dtypes[n], n) for n in cols}
 
     def _table(
