@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from chute.errors import RunFileMissingError
+
 from . import _format as F
 from ._dtypes import PACK, Value, capture, fits, resolve, text, tightest_int
 from ._hot import read_rows
@@ -97,14 +99,39 @@ class ColumnStore:
         os.makedirs(pdir, exist_ok=True)
         store._remove_temps()
         mpath = os.path.join(pdir, F.MANIFEST)
+        dropped: list[tuple[str, str]] = []
         if os.path.exists(mpath):
             with open(mpath, "rb") as f:
                 manifest = F.load_manifest(f.read())
+            hot = any(os.path.exists(store._path(h)) for h in (F.HOT, F.HOT_COMPACTING))
             for name in F.metric_names(manifest):
-                store._recover_column(name, manifest[name], resume_step)
+                if not hot:
+                    store._check_files(name, manifest[name])
+                if not store._recover_column(name, manifest[name], resume_step):
+                    dropped.append((name, manifest[name]["dtype"]))
         store._merge_hot(resume_step)
         store.flush_manifest()
+        for name, code in dropped:  # only once no manifest names them
+            if name not in store.cols:
+                store._delete_files(name, code)
         return store
+
+    def _check_files(self, name: str, entry: dict[str, Any]) -> None:
+        """Files a manifest entry commits to must exist (absent only while a hot log holds
+        rows a compaction has not written yet)."""
+        spec = entry.get("indices", "indices")
+        if not F.promises_rows(spec):
+            return
+        rels = [F.value_file(name, str(entry.get("dtype")))]
+        if spec == "indices":
+            rels.append(F.index_file(name))
+        for rel in rels:
+            if not os.path.exists(self._path(rel)):
+                raise RunFileMissingError(
+                    f"{self._path(rel)} is missing but the manifest lists metric {name!r}; "
+                    "the run is damaged (restore the file, or resume from a copy)",
+                    path=self._path(rel),
+                )
 
     def _remove_temps(self) -> None:
         for root, _dirs, files in os.walk(self.pdir):
@@ -115,7 +142,8 @@ class ColumnStore:
     def _path(self, rel: str) -> str:
         return os.path.join(self.pdir, rel)
 
-    def _recover_column(self, name: str, entry: dict[str, Any], resume_step: int) -> None:
+    def _recover_column(self, name: str, entry: dict[str, Any], resume_step: int) -> bool:
+        """Cut a column at `resume_step` and repair torn tails; False if no rows remain."""
         code = entry.get("dtype")
         if code not in F.DTYPE_CODES:
             raise ValueError(f"metric {name!r} has unknown dtype {code!r} in {self.pdir}")
@@ -133,8 +161,7 @@ class ColumnStore:
         n = min(len(values), len(steps))
         n = int(np.searchsorted(steps[:n], resume_step, side="left"))
         if n == 0:
-            self._delete_files(name, code)
-            return
+            return False
         steps, values = steps[:n], values[:n]
         col = Column(code, n, int(steps[-1]), explicit=spec == "indices" or len(segs) > 1)
         if not col.explicit:
@@ -148,6 +175,7 @@ class ColumnStore:
         elif os.path.exists(self._path(F.index_file(name))):
             os.unlink(self._path(F.index_file(name)))  # a switch to explicit cut by a crash
         self.manifest[name] = {"indices": col.spec(), "dtype": code}
+        return True
 
     def _read_values(self, name: str, code: str) -> np.ndarray[Any, Any]:
         path = self._path(F.value_file(name, code))

@@ -155,6 +155,20 @@ def segments_to_steps(segs: object, rows_hint: int | None = None) -> np.ndarray[
     return np.concatenate(parts) if parts else np.zeros(0, INDEX_DTYPE)
 
 
+def promises_rows(spec: object) -> bool:
+    """Whether an index spec commits to rows, so that missing column files are damage.
+
+    Explicit `.indices` and closed segments do; an empty list or an open final segment
+    (rows derived from the value file's length) does not.
+    """
+    if spec == "indices":
+        return True
+    segs = [spec] if isinstance(spec, Mapping) else spec
+    if not isinstance(segs, list):
+        return True
+    return any(isinstance(g, Mapping) and g.get("stop") is not None for g in segs)
+
+
 def steps_to_segments(steps: np.ndarray[Any, Any]) -> list[dict[str, int]] | None:
     """Greedy arithmetic runs, or None when segments would not be smaller than the steps."""
     n = len(steps)

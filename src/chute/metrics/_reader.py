@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from chute.errors import CorruptRunError, RunFileMissingError
+
 from . import _format as F
 from ._dtypes import natural_code
 from ._hot import parse_rows
@@ -22,6 +24,7 @@ DTypeArg = str | np.dtype[Any] | type
 _EMPTY_STEPS = np.zeros(0, F.INDEX_DTYPE)
 _RETRIES = 5
 _SEGMENT_CACHE = 64
+_HOT_LOGS = (F.HOT, F.HOT_COMPACTING)
 
 
 def resolve_run_dir(path: str | os.PathLike[str]) -> str | None:
@@ -114,8 +117,14 @@ class Reader:
     def _raw_manifest(self) -> dict[str, Any]:
         if self._manifest is None:
             self._hot_cols()  # hot rows are snapshotted before the manifest that may absorb them
-            data = self._src.read(F.MANIFEST) or b""
-            self._manifest = F.load_manifest(data) if data else {}
+            data = self._src.read(F.MANIFEST)
+            if data is None:
+                raise RunFileMissingError(
+                    f"{self._src.where(F.MANIFEST)} is missing: not a run, or a live run that was "
+                    "finalized or removed since this Reader opened it",
+                    path=self._src.where(F.MANIFEST),
+                )
+            self._manifest = F.load_manifest(data)
             self._manifest_raw = data
         return self._manifest
 
@@ -290,8 +299,9 @@ class Reader:
         if self._hot is None:
             # Newest first: a row leaves hot.jsonl only for hot.compacting.jsonl, and leaves
             # that only once it is in the columns, which are read after this.
-            hot = parse_rows(self._src.read(F.HOT) or b"")
-            rows = parse_rows(self._src.read(F.HOT_COMPACTING) or b"") + hot
+            hot = parse_rows(self._src.read(F.HOT) or b"", self._src.where(F.HOT))
+            compacting = self._src.read(F.HOT_COMPACTING) or b""
+            rows = parse_rows(compacting, self._src.where(F.HOT_COMPACTING)) + hot
             cols: dict[str, tuple[list[int], list[Any]]] = {}
             for step, row in rows:
                 for k, v in row.items():
@@ -315,30 +325,49 @@ class Reader:
 
     def _jsonl_values(self, name: str) -> list[Any]:
         rel = F.value_file(name, F.JSONL)
-        size = self._src.size(rel) or 0
+        size = self._size(name, rel)
         cached = self._jsonl.get(name)
         if cached is None or cached[0] != size:
             data = self._src.read(rel, 0, size) or b""
-            lines = data.split(b"\n")[:-1]
+            lines = data.split(b"\n")[:-1]  # an unterminated last line is a torn append
             vals = []
-            for line in lines:
+            for lineno, line in enumerate(lines, 1):
                 try:
                     vals.append(json.loads(line))
                 except ValueError:
-                    break
+                    where = self._src.where(rel)
+                    raise CorruptRunError(
+                        f"{where}:{lineno}: not a JSON value; the run is damaged",
+                        path=where,
+                        line=lineno,
+                    ) from None
             self._jsonl[name] = cached = (size, vals)
         return cached[1]
+
+    def _size(self, name: str, rel: str) -> int:
+        """Size of a file the manifest names; its absence is damage unless a writer moved it."""
+        size = self._src.size(rel)
+        if size is not None:
+            return size
+        if self._src.live and self._src.read(F.MANIFEST) != self._manifest_raw:
+            raise _Stale  # widened, tightened or re-indexed under our cached manifest
+        entry = self._raw_manifest().get(name)
+        if isinstance(entry, dict) and not F.promises_rows(entry.get("indices", "indices")):
+            return 0  # no rows yet
+        if self._src.live and any(self._src.size(h) is not None for h in _HOT_LOGS):
+            # Plättli's CompactingWriter publishes a column's steps before creating its
+            # file; while a hot log exists the rows may still be on their way.
+            return 0
+        where = self._src.where(rel)
+        raise RunFileMissingError(
+            f"{where} is missing but the manifest lists metric {name!r}; the run is damaged",
+            path=where,
+        )
 
     def _value_rows(self, name: str, code: str) -> int:
         if code == F.JSONL:
             return len(self._jsonl_values(name))
-        size = self._src.size(F.value_file(name, code))
-        if size is None and self._src.live:
-            # Absent: not written yet, or a writer just widened it under our cached manifest.
-            fresh = F.load_manifest(self._src.read(F.MANIFEST) or b"{}").get(name)
-            if isinstance(fresh, dict) and fresh.get("dtype") != code:
-                raise _Stale
-        return (size or 0) // F.NUMERIC_DTYPES[code].itemsize
+        return self._size(name, F.value_file(name, code)) // F.NUMERIC_DTYPES[code].itemsize
 
     def _col_extent(
         self, name: str, code: str, entry: dict[str, Any] | None
@@ -349,6 +378,7 @@ class Reader:
         nvals = self._value_rows(name, code)
         spec = entry.get("indices", "indices")
         if spec == "indices":
+            self._size(name, F.index_file(name))
             steps = self._src.array(F.index_file(name), F.INDEX_DTYPE, 0, -1)
         else:
             steps = self._expand(spec, nvals)
@@ -451,7 +481,7 @@ class Reader:
             steps = self._expand(spec, nvals)
             return min(nvals, len(steps)), steps.__getitem__
         rel = F.index_file(name)
-        nidx = (self._src.size(rel) or 0) // F.INDEX_DTYPE.itemsize
+        nidx = self._size(name, rel) // F.INDEX_DTYPE.itemsize
 
         def step_at(i: int) -> Any:
             return self._src.array(rel, F.INDEX_DTYPE, i, 1)[0]
