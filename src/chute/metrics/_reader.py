@@ -6,6 +6,7 @@ import json
 import os
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -18,6 +19,7 @@ from ._dtypes import natural_code
 from ._hot import parse_rows
 from ._select import Selection, cast, select
 from ._source import DirSource, Source, ZipSource
+from ._verify import archive_problems, column_problems, raise_if
 
 T = TypeVar("T")
 DTypeArg = str | np.dtype[Any] | type
@@ -27,11 +29,17 @@ _SEGMENT_CACHE = 64
 _HOT_LOGS = (F.HOT, F.HOT_COMPACTING)
 
 
-def resolve_run_dir(path: str | os.PathLike[str]) -> str | None:
-    """The folder holding `plattli.json`: `path` itself or `path/plattli`, else None."""
-    p = os.path.abspath(os.fspath(path))
-    for cand in (p, os.path.join(p, F.DIR_NAME)):
-        if os.path.isfile(os.path.join(cand, F.MANIFEST)):
+def resolve_run_dir(path: str | os.PathLike[str]) -> Path | None:
+    """The resolved folder holding `plattli.json`: `path` itself or `path/plattli`, else None.
+
+    >>> import tempfile, chute.metrics as cm
+    >>> d = tempfile.mkdtemp(); cm.DirectWriter(d).close()
+    >>> cm.resolve_run_dir(d).name
+    'plattli'
+    """
+    p = Path(path).resolve()
+    for cand in (p, p / F.DIR_NAME):
+        if (cand / F.MANIFEST).is_file():
             return cand
     return None
 
@@ -71,7 +79,7 @@ def _open_source(path: str, kind: str | None) -> Source:
     rdir = resolve_run_dir(path)
     if rdir is None:
         raise FileNotFoundError(f"no metrics run at {path!r} (no {F.ZIP_NAME} or {F.DIR_NAME}/)")
-    return DirSource(rdir)
+    return DirSource(str(rdir))
 
 
 class Reader:
@@ -83,7 +91,12 @@ class Reader:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], kind: str | None = None, exclude_hot: bool = False
+        self,
+        path: str | os.PathLike[str],
+        kind: str | None = None,
+        exclude_hot: bool = False,
+        *,
+        verify: bool = False,
     ) -> None:
         self._path = os.fspath(path)
         self._src = _open_source(self._path, kind)
@@ -93,6 +106,44 @@ class Reader:
         self._hot: dict[str, tuple[list[int], list[Any]]] | None = None
         self._jsonl: dict[str, tuple[int, list[Any]]] = {}
         self._segments: dict[tuple[str, int], np.ndarray[Any, Any]] = {}
+        if verify:
+            try:
+                raise_if(self.verify(), self._path)
+            except BaseException:
+                self.close()
+                raise
+
+    def verify(self) -> list[str]:
+        """Check what the default read does not; returns the problems found ([] if none).
+
+        Archive members against their CRC-32, every hot-log line, every column's files
+        (present, steps increasing, and for a finished run sizes matching the steps).
+        `Reader(path, verify=True)` raises `CorruptRunError` listing them instead.
+
+        >>> import tempfile, chute.metrics as cm
+        >>> d = tempfile.mkdtemp(); w = cm.DirectWriter(d); w.write(loss=0.5); w.end_step()
+        >>> w.finish(); cm.Reader(d).verify()
+        []
+        """
+        problems = archive_problems(self._src)
+        try:
+            self.refresh()
+            self._hot_cols()
+            manifest = self._raw_manifest()
+        except CorruptRunError as e:
+            return [*problems, str(e)]
+        finished = self.finished
+        for name in F.metric_names(manifest):
+            try:
+                code, entry = self._entry(name)
+                steps = self._read(name, Selection())[0]
+                if code == F.JSONL:
+                    self._jsonl_values(name)
+            except (CorruptRunError, ValueError, _Stale) as e:
+                problems.append(f"metric {name!r}: {e}")
+                continue
+            problems += column_problems(self._src, name, entry or {}, steps, finished)
+        return problems
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -143,6 +194,11 @@ class Reader:
         cfg = json.loads(data) if data else {}
         return cfg if isinstance(cfg, dict) else {}
 
+    @property
+    def finished(self) -> bool:
+        """Whether the run was finished: an archive, or a folder `finish()` wrote `run_rows` to."""
+        return not self._src.live or "run_rows" in self._raw_manifest()
+
     def when_exported(self) -> str | None:
         """Timestamp of the last manifest write."""
         value = self._raw_manifest().get("when_exported")
@@ -161,6 +217,10 @@ class Reader:
 
     def approx_max_rows(self, nprobes: int = 12) -> int:
         """Cheap estimate of the row count of the most frequent metric (hot rows excluded)."""
+        if isinstance(nprobes, bool) or not isinstance(nprobes, (int, np.integer)):
+            raise TypeError(f"nprobes must be an integer, got {nprobes!r}")
+        if nprobes < 0:
+            raise ValueError(f"nprobes must be >= 0, got {nprobes}")
         m = self._raw_manifest()
         if isinstance(m.get("run_rows"), int):
             return int(m["run_rows"])
