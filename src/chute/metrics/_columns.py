@@ -7,7 +7,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ from chute.errors import RunFileMissingError
 from . import _format as F
 from ._dtypes import PACK, Value, capture, fits, resolve, text, tightest_int
 from ._hot import read_rows
+from ._monotonic import Monotonic, set_flag
 
 _MAX_OPEN_FILES = 128
 Steps = Sequence[int] | np.ndarray[Any, Any]
@@ -39,6 +40,10 @@ class Column:
     start: int = 0  # regular layout: step of row i is start + stride * i
     stride: int = 1
     explicit: bool = False
+    mono: Monotonic = field(default_factory=Monotonic)
+
+    def __post_init__(self) -> None:
+        self.mono.broken = self.code == F.JSONL
 
     def layout_after(self, steps: Steps) -> tuple[int, int, bool]:
         """(start, stride, explicit) once `steps` are appended."""
@@ -168,6 +173,8 @@ class ColumnStore:
             col.start, col.stride = int(segs[0]["start"]), int(segs[0].get("step", 1))
         if code[0] in "iu":
             col.lo, col.hi = int(values.min()), int(values.max())
+        if code != F.JSONL:
+            col.mono.add_array(values)
         self.cols[name] = col
         self._truncate(F.value_file(name, code), _raw(code, values))
         if col.explicit:
@@ -175,6 +182,7 @@ class ColumnStore:
         elif os.path.exists(self._path(F.index_file(name))):
             os.unlink(self._path(F.index_file(name)))  # a switch to explicit cut by a crash
         self.manifest[name] = {"indices": col.spec(), "dtype": code}
+        set_flag(self.manifest[name], col.mono.flag())
         return True
 
     def _read_values(self, name: str, code: str) -> np.ndarray[Any, Any]:
@@ -251,13 +259,12 @@ class ColumnStore:
             return step - col.start != col.stride
         return col.rows == 0 or step != col.start + col.stride * col.rows
 
-    def prepare(self, batch: Mapping[str, Steps]) -> None:
+    def prepare(self, batch: Mapping[str, Steps], changed: bool = False) -> None:
         """Publish the step layouts these appends need, in one manifest write, before them.
 
         A reader thus never pairs a new row with an outdated layout; a column turning
         explicit gets its `.indices` file (for the rows it has) before the manifest says so.
         """
-        changed = False
         for name, steps in batch.items():
             col = self.cols[name]
             start, stride, explicit = col.layout_after(steps)
@@ -282,7 +289,15 @@ class ColumnStore:
                 self.add(name, code)
             elif col.code != code:
                 self.convert(name, code)
-        self.prepare({name: steps for name, steps, _v, _c in items})
+        flags = False
+        for name, _steps, vals, code in items:
+            if code != F.JSONL:
+                mono = self.cols[name].mono
+                for v in vals:
+                    mono.add(v.num)
+                with self.mlock:
+                    flags = set_flag(self.manifest[name], mono.flag()) or flags
+        self.prepare({name: steps for name, steps, _v, _c in items}, flags)
         for name, steps, vals, code in items:
             self.append_raw(name, encode_values(code, vals), _pack_steps(steps), steps)
             if code[0] in "iu":
@@ -348,10 +363,7 @@ class ColumnStore:
                     F.atomic_write(self._path(F.value_file(name, tight)), _raw(tight, values))
                     obsolete.append(F.value_file(name, col.code))
                     col.code = entry["dtype"] = tight
-            if col.code != F.JSONL and col.rows:
-                mono = _monotonic(values)
-                if mono:
-                    entry["monotonic"] = mono
+            set_flag(entry, col.mono.flag())
             segs = F.steps_to_segments(steps)
             if segs is not None:
                 entry["indices"] = segs
@@ -438,12 +450,3 @@ def _read_u4(path: str) -> np.ndarray[Any, Any]:
 
 def _pack_steps(steps: Steps) -> bytes:
     return np.asarray(steps, dtype=F.INDEX_DTYPE).tobytes()
-
-
-def _monotonic(values: np.ndarray[Any, Any]) -> str | None:
-    a, b = values[:-1], values[1:]
-    if np.all(b >= a):
-        return "inc"
-    if np.all(b <= a):
-        return "dec"
-    return None

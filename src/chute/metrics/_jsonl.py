@@ -183,8 +183,10 @@ def convert_run(run_dir: str, out_path: str, opts: ConvertOptions) -> tuple[int,
         for name, (_steps, (code, _data)) in encoded.items():
             store.add(name, code)
         store.prepare({n: s for n, (s, _enc) in encoded.items()})
-        for name, (steps, (_code, data)) in encoded.items():
+        for name, (steps, (code, data)) in encoded.items():
             store.append_raw(name, data, steps.tobytes(), steps)
+            if code != F.JSONL:
+                store.cols[name].mono.add_array(np.frombuffer(data, F.NUMERIC_DTYPES[code]))
         store.optimize()
         config = _config.read(os.path.join(run_dir, F.CONFIG))
         F.atomic_write(os.path.join(staging, F.CONFIG), F.dump_json(config))
