@@ -162,7 +162,7 @@ def _find_runs(root: str) -> list[str]:
             continue
         dirs.sort()
         found += [os.path.join(d, f) for f in sorted(files) if f.endswith(".plattli")]
-    return [r for r in found if is_run(r)]
+    return sorted(r for r in found if is_run(r))
 
 
 def _ls_runs(root: str) -> int:
