@@ -156,17 +156,11 @@ def segments_to_steps(segs: object, rows_hint: int | None = None) -> np.ndarray[
 
 
 def promises_rows(spec: object) -> bool:
-    """Whether an index spec commits to rows, so that missing column files are damage.
+    """Whether a manifest entry's index spec says the column has files on disk.
 
-    Explicit `.indices` and closed segments do; an empty list or an open final segment
-    (rows derived from the value file's length) does not.
+    Only an empty segment list (a metric declared before its first row) does not.
     """
-    if spec == "indices":
-        return True
-    segs = [spec] if isinstance(spec, Mapping) else spec
-    if not isinstance(segs, list):
-        return True
-    return any(isinstance(g, Mapping) and g.get("stop") is not None for g in segs)
+    return spec != []
 
 
 def steps_to_segments(steps: np.ndarray[Any, Any]) -> list[dict[str, int]] | None:
