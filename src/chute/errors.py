@@ -17,10 +17,10 @@ __all__ = [
     "RunFinalizedError",
     "RunHasStepsError",
     "RunLockedError",
+    "StepOrderError",
     "StoreClosedError",
     "StoreError",
     "StoreLockedError",
-    "StepOrderError",
     "StoreNotFoundError",
     "WriterClosedError",
 ]

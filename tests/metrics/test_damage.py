@@ -143,9 +143,8 @@ def test_missing_member_and_manifest_of_an_archive_are_damage(tmp_path):
             for n, data in members.items():
                 if n != drop:
                     zout.writestr(n, data)
-        with pytest.raises(err, match=match):
-            with cm.Reader(tmp_path) as r:
-                r.metric("loss")
+        with pytest.raises(err, match=match), cm.Reader(tmp_path) as r:
+            r.metric("loss")
         assert not cm.is_run(tmp_path) or drop != "plattli.json"
     z.write_bytes(b"PK not really a zip")
     with pytest.raises(cm.CorruptRunError, match="zip"):

@@ -214,7 +214,8 @@ def test_resolve_run_dir_returns_a_resolved_path(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("nprobes", [0, 1, 12, np.int64(3)])
 def test_approx_max_rows_agrees(cadenced, nprobes):
-    got = [lib.Reader(path).approx_max_rows(nprobes=nprobes) for lib, path in zip(LIBS, cadenced, strict=True)]
+    pairs = zip(LIBS, cadenced, strict=True)
+    got = [lib.Reader(path).approx_max_rows(nprobes=nprobes) for lib, path in pairs]
     assert got[0] == got[1] == 20
 
 
@@ -241,7 +242,7 @@ def test_monotonic_flags_match_during_run_resume_and_finish(tmp_path, optimize):
         seen = []
         w = lib.DirectWriter(path, step=0)
         for i in range(5):
-            w.write({n: np.float64(v[i]) if isinstance(v[i], float) else v[i] for n, v in _SEQS.items()})
+            w.write({n: v[i] for n, v in _SEQS.items()})
             w.end_step()
             seen.append(_flags(lib, path))
         del w
@@ -441,3 +442,30 @@ def test_ls_on_a_folder_of_runs(tmp_path, capsys):
         ["sub/c", "finished", "1", "3"],
     ]
     assert main(["ls", str(tmp_path / "exp" / "p")]) == 1  # an empty folder: no runs
+
+
+def test_damage_errors_are_instances_of_plattlis(tmp_path):
+    def missing_column(lib, path):
+        w = cm.DirectWriter(path, step=0)
+        w.write(a=np.float32(1))
+        w.end_step()
+        w.close()
+        os.unlink(path / "plattli" / "a.f32")
+        return _raised(lambda: lib.Reader(path).metric("a"))
+
+    def junk_hot_line(lib, path):
+        w = plattli.CompactingWriter(path, hotsize=100)
+        for s in range(4):
+            w.write(a=s)
+            w.end_step()
+        hot = path / "plattli" / "hot.jsonl"
+        lines = hot.read_bytes().split(b"\n")
+        lines[1] = b"{bad"
+        hot.write_bytes(b"\n".join(lines))
+        return _raised(lambda: lib.Reader(path).metric("a"))
+
+    for case in (missing_column, junk_hot_line):
+        ref, ours = _both(tmp_path / case.__name__, case)
+        assert isinstance(ours, type(ref).__mro__[1] if type(ref).__name__ == "JSONDecodeError"
+                          else type(ref)), (case, ref, ours)
+        assert isinstance(ours, cm.CorruptRunError)
