@@ -75,6 +75,20 @@ def test_reopen_without_step_refuses_a_crashed_run(tmp_path, kind):
     writer(tmp_path, **kw).close()  # an empty run opens without step=
 
 
+def test_reopen_without_step_leaves_the_live_writer_of_this_process_alone(tmp_path):
+    w = cm.CompactingWriter(tmp_path, hotsize=2)
+    for s in range(5):
+        w.write(a=s)
+        w.end_step()
+    with pytest.raises(cm.RunHasStepsError, match="step=5"):
+        cm.DirectWriter(tmp_path)
+    w.write(a=5)  # not taken over
+    w.end_step()
+    w.finish()
+    with cm.Reader(tmp_path) as r:
+        assert r.metric("a")[1].tolist() == list(range(6))
+
+
 def test_reopen_without_step_refuses_a_finalized_run_before_unzipping(tmp_path):
     w = cm.DirectWriter(tmp_path)
     for s in range(3):

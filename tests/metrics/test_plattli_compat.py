@@ -10,6 +10,7 @@ import threading
 import time
 import zipfile
 
+import jax.numpy as jnp
 import numpy as np
 import plattli
 import pytest
@@ -335,6 +336,7 @@ def test_torch_numpy_and_0d_values(tmp_path, kind):
             npi=np.int16(-s),
             zero_d=np.array(2.5 * s),
             zero_d32=np.array(s, dtype=np.float32),
+            jax_bf16=jnp.array(0.5 + s, dtype=jnp.bfloat16),
         )
         w.write(row)
         w.end_step()
@@ -343,6 +345,7 @@ def test_torch_numpy_and_0d_values(tmp_path, kind):
         **{f"t/{str(dt)[6:]}": ("f64" if dt == torch.float64 else "f32") for dt in TORCH_FLOATS},
         "autocast": "f32", "grad": "f32", "ti": "i32", "tu": "u8", "np16": "f32",
         "np32": "f32", "np64": "f64", "npi": "i16", "zero_d": "f64", "zero_d32": "f32",
+        "jax_bf16": "f32",
     }
     assert_readers_agree(tmp_path)
     with plattli.Reader(tmp_path) as r:
@@ -351,6 +354,7 @@ def test_torch_numpy_and_0d_values(tmp_path, kind):
         assert r.metric("autocast")[1].tolist() == [2.0, 2.0, 2.0]
         assert r.metric("grad")[1].tolist() == [0.25, 0.5, 0.75]
         assert r.metric("np16")[1].tolist() == [0.0, 0.5, 1.0]
+        assert r.metric("jax_bf16")[1].tolist() == [0.5, 1.5, 2.5]
 
 
 @pytest.mark.parametrize(

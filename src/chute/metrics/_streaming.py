@@ -33,17 +33,16 @@ class StreamingWriter(ABC):
         self._step = 0 if step is None else check_step(step)
         frozen = _config.freeze(config)
         self._outdir, self._pdir, self._zip = run_paths(outdir)
+        if os.path.exists(self._zip) and not allow_resume_finalized:
+            raise RunFinalizedError(
+                f"{self._zip} is a finalized run; pass allow_resume_finalized=True to resume it"
+            )
+        if step is None:  # before taking over a live writer of this process
+            _refuse_if_logged(self._outdir)
         os.makedirs(self._outdir, exist_ok=True)
         self._closed = False
         self._lock = RunLock(self._outdir, self.close)
         try:
-            if os.path.exists(self._zip) and not allow_resume_finalized:
-                raise RunFinalizedError(
-                    f"{self._zip} is a finalized run; "
-                    "pass allow_resume_finalized=True to resume it"
-                )
-            if step is None:
-                _refuse_if_logged(self._outdir)
             if os.path.exists(self._zip):
                 unzip_run(self._zip, self._pdir)
             self._store = ColumnStore.open(self._pdir, self._step)
