@@ -12,14 +12,18 @@ __all__ = [
     "ChuteError",
     "CorruptRunError",
     "CorruptStoreError",
+    "IncompleteDatasetError",
     "MetricWrittenTwiceError",
+    "RecordIndexError",
     "RunFileMissingError",
     "RunFinalizedError",
     "RunHasStepsError",
     "RunLockedError",
+    "SchemaMismatchError",
     "StepOrderError",
     "StoreClosedError",
     "StoreError",
+    "StoreKindError",
     "StoreLockedError",
     "StoreNotFoundError",
     "WriterClosedError",
@@ -59,6 +63,25 @@ class CorruptStoreError(StoreError):
 
 class ChecksumError(CorruptStoreError):
     """A record decoded cleanly but its bytes differ from the CRC-32C written with it."""
+
+
+class IncompleteDatasetError(CorruptStoreError):
+    """A sharded dataset whose write has not finished: shards on disk but no manifest yet."""
+
+
+class StoreKindError(StoreError, ValueError):
+    """The store holds the other kind of records: fixed-shape for `RaggedDataset`, or
+    variable-length for `Dataset` (a ValueError, as in loaderx)."""
+
+
+class SchemaMismatchError(StoreError, ValueError):
+    """Records to append differ from the store's schema.json in dtype or record shape (a
+    ValueError, as in loaderx)."""
+
+
+class RecordIndexError(ChuteError, IndexError, RuntimeError):
+    """A record index outside the dataset. An IndexError, as in numpy; also a RuntimeError,
+    which is what loaderx raises for it, so code catching either keeps working."""
 
 
 class RunLockedError(ChuteError, RuntimeError):
