@@ -264,6 +264,7 @@ class ColumnStore:
 
         A reader thus never pairs a new row with an outdated layout; a column turning
         explicit gets its `.indices` file (for the rows it has) before the manifest says so.
+        `changed`: the caller already changed entries (monotonic flags); publish them too.
         """
         for name, steps in batch.items():
             col = self.cols[name]
