@@ -15,6 +15,8 @@ import numpy as np
 import plattli
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import chute.metrics as cm
 from chute.errors import ChuteError
@@ -473,3 +475,28 @@ def test_damage_errors_are_instances_of_plattlis(tmp_path):
         assert isinstance(ours, type(ref).__mro__[1] if type(ref).__name__ == "JSONDecodeError"
                           else type(ref)), (case, ref, ours)
         assert isinstance(ours, cm.CorruptRunError)
+
+
+@settings(
+    max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    values=st.lists(
+        st.one_of(st.integers(-3, 3), st.sampled_from([0.5, -0.5, float("nan"), 2.0])),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_monotonic_flags_match_plattli_on_random_columns(tmp_path_factory, values):
+    def run(lib, path):
+        w = lib.DirectWriter(path, step=0)
+        floats = any(isinstance(u, float) for u in values)
+        for v in values:
+            w.write(x=float(v) if floats else v)
+            w.end_step()
+        live = _flags(lib, path)
+        w.finish(optimize=False, zip=False)
+        return live, _flags(lib, path)
+
+    ref, ours = _both(tmp_path_factory.mktemp("mono"), run)
+    assert ours == ref

@@ -54,7 +54,8 @@ def parse_rows(data: bytes, path: str = HOT_NAME) -> list[tuple[int, dict[str, A
         step = row.pop(_STEP_KEY, None) if isinstance(row, dict) else None
         if not isinstance(step, int) or isinstance(step, bool) or step < 0:
             raise CorruptRunError(
-                f"{path}:{lineno}: not a hot-log row ({line[:60]!r}); the run is damaged",
+                f"{path}:{lineno}: not a hot-log row ({line[:60]!r}); the run is damaged "
+                "(repair or delete that line to read or resume it)",
                 path=path,
                 line=lineno,
             )

@@ -148,6 +148,6 @@ def _refuse_if_logged(outdir: str) -> None:
         last = max((int(r.metric(n, idx=-1)[0]) for n in r.metrics() if r.rows(n)), default=-1)
     if last >= 0:
         raise RunHasStepsError(
-            f"run {outdir!r} already holds steps 0..{last}; pass step={last + 1} to resume "
+            f"run {outdir!r} already holds steps up to {last}; pass step={last + 1} to resume "
             f"after them, or step=0 to start over (which deletes them)"
         )
