@@ -10,13 +10,19 @@ __all__ = [
     "BadChunkError",
     "ChecksumError",
     "ChuteError",
+    "CorruptRunError",
     "CorruptStoreError",
     "IncompleteDatasetError",
+    "MetricWrittenTwiceError",
     "PlotError",
     "RecordIndexError",
+    "RunFileMissingError",
+    "RunFinalizedError",
+    "RunHasStepsError",
     "RunLockedError",
     "RunNotFoundError",
     "SchemaMismatchError",
+    "StepOrderError",
     "StoreChangedError",
     "StoreClosedError",
     "StoreError",
@@ -88,6 +94,38 @@ class RecordIndexError(ChuteError, IndexError, RuntimeError):
 
 class RunLockedError(ChuteError, RuntimeError):
     """Another writer (in another process) holds the metric run."""
+
+
+class RunHasStepsError(ChuteError, FileExistsError):
+    """A metric writer was opened without `step=` on a run that already holds steps."""
+
+
+class RunFinalizedError(ChuteError, FileExistsError, RuntimeError):
+    """A finalized run (`metrics.plattli`) was reopened without `allow_resume_finalized=True`."""
+
+
+class MetricWrittenTwiceError(ChuteError, ValueError, RuntimeError):
+    """A metric was written twice in one step."""
+
+
+class StepOrderError(ChuteError, ValueError):
+    """A metric writer's step was moved back over steps it already wrote."""
+
+
+class CorruptRunError(ChuteError, ValueError):
+    """A metric run's files contradict the format (a bad line, a member whose CRC-32 differs).
+
+    ``path`` names the damaged file; ``line`` is its 1-based line number where one applies.
+    """
+
+    def __init__(self, message: str, path: str | None = None, line: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+
+
+class RunFileMissingError(CorruptRunError, FileNotFoundError):
+    """A file the run's manifest names (or the manifest of an archive) is absent."""
 
 
 class WriterClosedError(ChuteError, RuntimeError):

@@ -190,7 +190,7 @@ def test_torn_tails_are_tolerated_and_repaired(tmp_path):
 
 def test_writer_promotion_visible_to_long_lived_reader(tmp_path):
     w = cm.DirectWriter(tmp_path)
-    w.write(x=1.5)
+    w.write(x=np.float32(1.5))
     w.end_step()
     r = cm.Reader(tmp_path)
     assert r.metric("x")[1].dtype == np.float32

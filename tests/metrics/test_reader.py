@@ -14,7 +14,7 @@ import chute.metrics as cm
 def run(request, tmp_path):
     w = cm.CompactingWriter(tmp_path, hotsize=6)
     for s in range(40):
-        w.write(loss=float(40 - s), walltime=100.0 + 2 * s, tok=s * 10)
+        w.write(loss=np.float32(40 - s), walltime=100.0 + 2 * s, tok=s * 10)
         if s % 3 == 0:
             w.write(ev=np.float64(s / 10), note={"s": s})
         if s == 39:
@@ -90,8 +90,9 @@ def test_table(run):
         assert steps.tolist() == [36, 39]
         with pytest.raises(ValueError):
             r.table([])
-        with pytest.raises(ValueError):
-            r.table(["loss"], on="ev")
+        steps, cols = r.table(["loss"], on="ev", vstart=0.5)  # aligned on ev, not returned
+        assert steps.tolist() == list(range(6, 40, 3)) and list(cols) == ["loss"]
+        assert cols["loss"].tolist() == [40.0 - s for s in range(6, 40, 3)]
         with pytest.raises(ValueError):
             r.table(["loss"], vstart=1.0)
 
@@ -112,8 +113,8 @@ def test_helpers(tmp_path):
     w.end_step()
     w.finish(zip=False)
     assert cm.is_run(tmp_path / "d") and cm.is_run_dir(tmp_path / "d")
-    assert cm.resolve_run_dir(tmp_path / "d") == str(tmp_path / "d" / "plattli")
-    assert cm.resolve_run_dir(tmp_path / "d" / "plattli") == str(tmp_path / "d" / "plattli")
+    assert cm.resolve_run_dir(tmp_path / "d") == (tmp_path / "d" / "plattli").resolve()
+    assert cm.resolve_run_dir(tmp_path / "d" / "plattli") == (tmp_path / "d" / "plattli").resolve()
     w = cm.DirectWriter(tmp_path / "z")
     w.write(a=1)
     w.end_step()
@@ -212,4 +213,4 @@ def test_corrupt_manifest_is_a_clear_error_and_untouched(tmp_path):
     with pytest.raises(ValueError, match="corrupt"):
         cm.DirectWriter(tmp_path, step=1)
     assert manifest.read_bytes() == b'{"x": {"indi'
-    assert (tmp_path / "plattli" / "x.f32").stat().st_size == 4
+    assert (tmp_path / "plattli" / "x.f64").stat().st_size == 8

@@ -5,7 +5,16 @@ background compaction) and `BulkWriter` (in memory, written once). `Reader` read
 live or finished runs, folders or `metrics.plattli` archives.
 """
 
-from chute.errors import RunLockedError, WriterClosedError
+from chute.errors import (
+    CorruptRunError,
+    MetricWrittenTwiceError,
+    RunFileMissingError,
+    RunFinalizedError,
+    RunHasStepsError,
+    RunLockedError,
+    StepOrderError,
+    WriterClosedError,
+)
 
 from ._bulk import BulkWriter
 from ._compacting import CompactingWriter
@@ -15,9 +24,15 @@ from ._reader import Reader, is_run, is_run_dir, resolve_run_dir
 __all__ = [
     "BulkWriter",
     "CompactingWriter",
+    "CorruptRunError",
     "DirectWriter",
+    "MetricWrittenTwiceError",
     "Reader",
+    "RunFileMissingError",
+    "RunFinalizedError",
+    "RunHasStepsError",
     "RunLockedError",
+    "StepOrderError",
     "WriterClosedError",
     "is_run",
     "is_run_dir",

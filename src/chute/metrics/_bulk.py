@@ -47,8 +47,13 @@ class BulkWriter:
 
     @property
     def step(self) -> int:
-        """The step that `write()` logs at."""
+        """The step that `write()` logs at; assign to jump ahead (never back over written steps)."""
         return self._step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._check_open()
+        self._step = self._schema.move_step(self._step, value)
 
     def write(self, metrics: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         """Buffer metrics at the current step (same rules as the streaming writers)."""

@@ -1,4 +1,4 @@
-"""`chute metrics ...`: convert jsonl logs, list, tail and plot runs, serve a live dashboard."""
+"""`chute metrics ...`: convert jsonl logs; list, verify, tail and plot runs; serve a dashboard."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ._jsonl import DEFAULT_SKIP, ConvertOptions, convert_run, find_runs
-from ._reader import Reader
+from ._reader import Reader, is_run
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,13 +38,18 @@ def _parser() -> argparse.ArgumentParser:
         help="a step going back truncates the data logged from it on",
     )
 
-    ls = sub.add_parser("ls", help="metrics of a run: rows, dtype, last value")
-    ls.add_argument("run")
+    ls = sub.add_parser("ls", help="metrics of a run, or the runs in a folder")
+    ls.add_argument("run", help="a run, or a folder holding runs")
+
+    v = sub.add_parser("verify", help="check a run: archive CRC-32s, hot-log lines, columns")
+    v.add_argument("run")
 
     t = sub.add_parser("tail", help="print the latest steps of a run")
     t.add_argument("run")
     t.add_argument("-n", "--lines", type=int, default=10, help="steps to print first")
-    t.add_argument("-f", "--follow", action="store_true", help="keep printing new steps")
+    t.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new steps until the run finishes"
+    )
     t.add_argument("--interval", type=float, default=1.0, help="seconds between polls")
     t.add_argument(
         "--idle-exit",
@@ -87,7 +92,9 @@ def main(argv: list[str]) -> int:
         if args.cmd == "from-jsonl":
             return _from_jsonl(args)
         if args.cmd == "ls":
-            return _ls(args.run)
+            return _ls(args.run) if is_run(args.run) else _ls_runs(args.run)
+        if args.cmd == "verify":
+            return _verify(args.run)
         if args.cmd == "tail":
             return _tail(args)
         if args.cmd == "serve":
@@ -191,6 +198,57 @@ def _ls(run: str) -> int:
     return 0
 
 
+def _find_runs(root: str) -> list[str]:
+    """Runs under `root`: folders that are runs (not searched further) and `*.plattli` files."""
+    found = []
+    for d, dirs, files in os.walk(root):
+        if d != root and is_run(d):
+            found.append(d)
+            dirs.clear()
+            continue
+        dirs.sort()
+        found += [os.path.join(d, f) for f in sorted(files) if f.endswith(".plattli")]
+    return sorted(r for r in found if is_run(r))
+
+
+def _ls_runs(root: str) -> int:
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"{root!r} is neither a run nor a folder of runs")
+    runs = _find_runs(root)
+    if not runs:
+        raise FileNotFoundError(f"no runs under {root!r}")
+    rows = [("run", "state", "metrics", "rows", "exported")]
+    for run in runs:
+        with Reader(run) as r:
+            state = "finished" if r.finished else "live"
+            rows.append(
+                (
+                    os.path.relpath(run, root),
+                    state,
+                    str(len(r.metrics())),
+                    str(r.approx_max_rows()),
+                    r.when_exported() or "-",
+                )
+            )
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _verify(run: str) -> int:
+    with Reader(run) as r:
+        problems = r.verify()
+        count = len(r.metrics()) if not problems else 0
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"{run}: damaged ({len(problems)} problem{'s' * (len(problems) > 1)})")
+        return 1
+    print(f"{run}: ok ({count} metrics checked)")
+    return 0
+
+
 def _steps_after(r: Reader, after: int) -> dict[int, dict[str, Any]]:
     """Values of every metric at steps > `after`, grouped by step."""
     out: dict[int, dict[str, Any]] = {}
@@ -214,10 +272,14 @@ def _tail(args: argparse.Namespace) -> int:
     _print_steps(tail)
     last = max(rows, default=-1)
     idle_since = time.monotonic()
-    while args.follow:
+    finished = False
+    while args.follow and not finished:
         time.sleep(args.interval)
-        with Reader(args.run) as r:
-            new = _steps_after(r, last)
+        try:
+            with Reader(args.run) as r:
+                new, finished = _steps_after(r, last), r.finished
+        except FileNotFoundError:  # caught between the folder and its archive: poll again
+            continue
         if new:
             _print_steps(new)
             last = max(new)

@@ -7,14 +7,17 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from chute.errors import RunFileMissingError
+
 from . import _format as F
 from ._dtypes import PACK, Value, capture, fits, resolve, text, tightest_int
 from ._hot import read_rows
+from ._monotonic import Monotonic, set_flag
 
 _MAX_OPEN_FILES = 128
 Steps = Sequence[int] | np.ndarray[Any, Any]
@@ -37,6 +40,10 @@ class Column:
     start: int = 0  # regular layout: step of row i is start + stride * i
     stride: int = 1
     explicit: bool = False
+    mono: Monotonic = field(default_factory=Monotonic)
+
+    def __post_init__(self) -> None:
+        self.mono.broken = self.code == F.JSONL
 
     def layout_after(self, steps: Steps) -> tuple[int, int, bool]:
         """(start, stride, explicit) once `steps` are appended."""
@@ -97,14 +104,39 @@ class ColumnStore:
         os.makedirs(pdir, exist_ok=True)
         store._remove_temps()
         mpath = os.path.join(pdir, F.MANIFEST)
+        dropped: list[tuple[str, str]] = []
         if os.path.exists(mpath):
             with open(mpath, "rb") as f:
                 manifest = F.load_manifest(f.read())
+            hot = any(os.path.exists(store._path(h)) for h in (F.HOT, F.HOT_COMPACTING))
             for name in F.metric_names(manifest):
-                store._recover_column(name, manifest[name], resume_step)
+                if not hot:
+                    store._check_files(name, manifest[name])
+                if not store._recover_column(name, manifest[name], resume_step):
+                    dropped.append((name, manifest[name]["dtype"]))
         store._merge_hot(resume_step)
         store.flush_manifest()
+        for name, code in dropped:  # only once no manifest names them
+            if name not in store.cols:
+                store._delete_files(name, code)
         return store
+
+    def _check_files(self, name: str, entry: dict[str, Any]) -> None:
+        """Files a manifest entry commits to must exist (absent only while a hot log holds
+        rows a compaction has not written yet)."""
+        spec = entry.get("indices", "indices")
+        if not F.promises_rows(spec):
+            return
+        rels = [F.value_file(name, str(entry.get("dtype")))]
+        if spec == "indices":
+            rels.append(F.index_file(name))
+        for rel in rels:
+            if not os.path.exists(self._path(rel)):
+                raise RunFileMissingError(
+                    f"{self._path(rel)} is missing but the manifest lists metric {name!r}; "
+                    "the run is damaged (restore the file, or resume from a copy)",
+                    path=self._path(rel),
+                )
 
     def _remove_temps(self) -> None:
         for root, _dirs, files in os.walk(self.pdir):
@@ -115,7 +147,8 @@ class ColumnStore:
     def _path(self, rel: str) -> str:
         return os.path.join(self.pdir, rel)
 
-    def _recover_column(self, name: str, entry: dict[str, Any], resume_step: int) -> None:
+    def _recover_column(self, name: str, entry: dict[str, Any], resume_step: int) -> bool:
+        """Cut a column at `resume_step` and repair torn tails; False if no rows remain."""
         code = entry.get("dtype")
         if code not in F.DTYPE_CODES:
             raise ValueError(f"metric {name!r} has unknown dtype {code!r} in {self.pdir}")
@@ -133,14 +166,15 @@ class ColumnStore:
         n = min(len(values), len(steps))
         n = int(np.searchsorted(steps[:n], resume_step, side="left"))
         if n == 0:
-            self._delete_files(name, code)
-            return
+            return False
         steps, values = steps[:n], values[:n]
         col = Column(code, n, int(steps[-1]), explicit=spec == "indices" or len(segs) > 1)
         if not col.explicit:
             col.start, col.stride = int(segs[0]["start"]), int(segs[0].get("step", 1))
         if code[0] in "iu":
             col.lo, col.hi = int(values.min()), int(values.max())
+        if code != F.JSONL:
+            col.mono.add_array(values)
         self.cols[name] = col
         self._truncate(F.value_file(name, code), _raw(code, values))
         if col.explicit:
@@ -148,6 +182,8 @@ class ColumnStore:
         elif os.path.exists(self._path(F.index_file(name))):
             os.unlink(self._path(F.index_file(name)))  # a switch to explicit cut by a crash
         self.manifest[name] = {"indices": col.spec(), "dtype": code}
+        set_flag(self.manifest[name], col.mono.flag())
+        return True
 
     def _read_values(self, name: str, code: str) -> np.ndarray[Any, Any]:
         path = self._path(F.value_file(name, code))
@@ -223,13 +259,13 @@ class ColumnStore:
             return step - col.start != col.stride
         return col.rows == 0 or step != col.start + col.stride * col.rows
 
-    def prepare(self, batch: Mapping[str, Steps]) -> None:
+    def prepare(self, batch: Mapping[str, Steps], changed: bool = False) -> None:
         """Publish the step layouts these appends need, in one manifest write, before them.
 
         A reader thus never pairs a new row with an outdated layout; a column turning
         explicit gets its `.indices` file (for the rows it has) before the manifest says so.
+        `changed`: the caller already changed entries (monotonic flags); publish them too.
         """
-        changed = False
         for name, steps in batch.items():
             col = self.cols[name]
             start, stride, explicit = col.layout_after(steps)
@@ -254,7 +290,15 @@ class ColumnStore:
                 self.add(name, code)
             elif col.code != code:
                 self.convert(name, code)
-        self.prepare({name: steps for name, steps, _v, _c in items})
+        flags = False
+        for name, _steps, vals, code in items:
+            if code != F.JSONL:
+                mono = self.cols[name].mono
+                for v in vals:
+                    mono.add(v.num)
+                with self.mlock:
+                    flags = set_flag(self.manifest[name], mono.flag()) or flags
+        self.prepare({name: steps for name, steps, _v, _c in items}, flags)
         for name, steps, vals, code in items:
             self.append_raw(name, encode_values(code, vals), _pack_steps(steps), steps)
             if code[0] in "iu":
@@ -320,10 +364,7 @@ class ColumnStore:
                     F.atomic_write(self._path(F.value_file(name, tight)), _raw(tight, values))
                     obsolete.append(F.value_file(name, col.code))
                     col.code = entry["dtype"] = tight
-            if col.code != F.JSONL and col.rows:
-                mono = _monotonic(values)
-                if mono:
-                    entry["monotonic"] = mono
+            set_flag(entry, col.mono.flag())
             segs = F.steps_to_segments(steps)
             if segs is not None:
                 entry["indices"] = segs
@@ -410,12 +451,3 @@ def _read_u4(path: str) -> np.ndarray[Any, Any]:
 
 def _pack_steps(steps: Steps) -> bytes:
     return np.asarray(steps, dtype=F.INDEX_DTYPE).tobytes()
-
-
-def _monotonic(values: np.ndarray[Any, Any]) -> str | None:
-    a, b = values[:-1], values[1:]
-    if np.all(b >= a):
-        return "inc"
-    if np.all(b <= a):
-        return "dec"
-    return None

@@ -29,7 +29,7 @@ class CompactingWriter(StreamingWriter):
     def __init__(
         self,
         outdir: str | os.PathLike[str],
-        step: int = 0,
+        step: int | None = None,
         *,
         hotsize: int,
         config: _config.ConfigArg = "config.json",

@@ -27,7 +27,7 @@ class DirectWriter(StreamingWriter):
     def __init__(
         self,
         outdir: str | os.PathLike[str],
-        step: int = 0,
+        step: int | None = None,
         write_threads: int = 16,
         config: _config.ConfigArg = "config.json",
         allow_resume_finalized: bool = False,
@@ -43,12 +43,18 @@ class DirectWriter(StreamingWriter):
         packed = b""
         for name, val, code in checked:
             col = cols.get(name)
-            if col is None or col.code != code or store.changes_layout(name, step):
+            if (
+                col is None
+                or col.code != code
+                or store.changes_layout(name, step)
+                or col.mono.changes(val.num)  # the manifest's flag goes first
+            ):
                 self._deferred.append((name, val, code))
                 continue
             if col.explicit and not packed:
                 packed = _STEP.pack(step)
             store.append_raw(name, encode_values(code, (val,)), packed, (step,))
+            col.mono.add(val.num)
 
     def end_step(self) -> None:
         """Publish rows that needed a manifest change, then advance the step."""

@@ -155,6 +155,14 @@ def segments_to_steps(segs: object, rows_hint: int | None = None) -> np.ndarray[
     return np.concatenate(parts) if parts else np.zeros(0, INDEX_DTYPE)
 
 
+def promises_rows(spec: object) -> bool:
+    """Whether a manifest entry's index spec says the column has files on disk.
+
+    Only an empty segment list (a metric declared before its first row) does not.
+    """
+    return spec != []
+
+
 def steps_to_segments(steps: np.ndarray[Any, Any]) -> list[dict[str, int]] | None:
     """Greedy arithmetic runs, or None when segments would not be smaller than the steps."""
     n = len(steps)

@@ -6,7 +6,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from chute.errors import CorruptRunError
+
 from ._dtypes import Value, float_json
+from ._format import HOT as HOT_NAME
 
 _STEP_KEY = "step"
 
@@ -36,21 +39,27 @@ def encode_row(step: int, items: Iterable[tuple[str, Value]]) -> bytes:
     return f'{{"{_STEP_KEY}":{step}{"," if body else ""}{body}}}\n'.encode()
 
 
-def parse_rows(data: bytes) -> list[tuple[int, dict[str, Any]]]:
-    """Rows of a hot log; torn or corrupt lines (a crash mid-append) are skipped."""
+def parse_rows(data: bytes, path: str = HOT_NAME) -> list[tuple[int, dict[str, Any]]]:
+    """Rows of a hot log. An unterminated last line is a torn append (a crash) and is
+    skipped; any complete line that is not a row is damage (`CorruptRunError`)."""
     rows: list[tuple[int, dict[str, Any]]] = []
-    for line in data.split(b"\n"):
+    lines = data.split(b"\n")
+    for lineno, line in enumerate(lines[:-1], 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except ValueError:
-            continue
-        if not isinstance(row, dict):
-            continue
-        step = row.pop(_STEP_KEY, None)
-        if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
-            rows.append((step, row))
+            row = None
+        step = row.pop(_STEP_KEY, None) if isinstance(row, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise CorruptRunError(
+                f"{path}:{lineno}: not a hot-log row ({line[:60]!r}); the run is damaged "
+                "(repair or delete that line to read or resume it)",
+                path=path,
+                line=lineno,
+            )
+        rows.append((step, row))  # type: ignore[arg-type]
     return rows
 
 
@@ -58,6 +67,6 @@ def read_rows(path: str) -> list[tuple[int, dict[str, Any]]]:
     """Rows of the hot log at `path`, or none when it does not exist."""
     try:
         with open(path, "rb") as f:
-            return parse_rows(f.read())
+            return parse_rows(f.read(), path)
     except FileNotFoundError:
         return []

@@ -37,7 +37,6 @@ def _loads(line: bytes) -> Any:
 JSONL_NAME = "metrics.jsonl"
 #: What `--skipcols DEFAULT` skips: per-parameter norms that bloat logs.
 DEFAULT_SKIP = r"[pg]norm.*"
-_F32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,15 +156,10 @@ def _encode(values: list[Any]) -> tuple[str, bytes]:
             if min(values) >= 0 and max(values) < 2**64:
                 return "u64", np.array(values, dtype="<u8").tobytes()
     elif kinds <= {int, float}:
-        arr = np.array(values, dtype=np.float64)
+        # A JSON number with a fraction is a double: stored as f64, like a Python float.
         ints = [v for v in values if type(v) is int] if int in kinds else []
-        f32_exact = all(float(np.float32(v)) == v for v in ints)
-        with np.errstate(invalid="ignore"):
-            overflow = bool(np.any(np.isfinite(arr) & (np.abs(arr) > _F32_MAX)))
-        if f32_exact and not overflow:
-            return "f32", arr.astype("<f4").tobytes()
         if all(int(float(v)) == v for v in ints):
-            return "f64", arr.astype("<f8").tobytes()
+            return "f64", np.array(values, dtype="<f8").tobytes()
     dumps, enc = json.dumps, encode_basestring_ascii
     text = [enc(v) if type(v) is str else dumps(v) for v in values]
     return F.JSONL, ("\n".join(text) + "\n").encode()
@@ -189,8 +183,10 @@ def convert_run(run_dir: str, out_path: str, opts: ConvertOptions) -> tuple[int,
         for name, (_steps, (code, _data)) in encoded.items():
             store.add(name, code)
         store.prepare({n: s for n, (s, _enc) in encoded.items()})
-        for name, (steps, (_code, data)) in encoded.items():
+        for name, (steps, (code, data)) in encoded.items():
             store.append_raw(name, data, steps.tobytes(), steps)
+            if code != F.JSONL:
+                store.cols[name].mono.add_array(np.frombuffer(data, F.NUMERIC_DTYPES[code]))
         store.optimize()
         config = _config.read(os.path.join(run_dir, F.CONFIG))
         F.atomic_write(os.path.join(staging, F.CONFIG), F.dump_json(config))

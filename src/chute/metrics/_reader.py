@@ -6,29 +6,40 @@ import json
 import os
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 import numpy as np
+
+from chute.errors import CorruptRunError, RunFileMissingError
 
 from . import _format as F
 from ._dtypes import natural_code
 from ._hot import parse_rows
 from ._select import Selection, cast, select
 from ._source import DirSource, Source, ZipSource
+from ._verify import archive_problems, column_problems, raise_if
 
 T = TypeVar("T")
 DTypeArg = str | np.dtype[Any] | type
 _EMPTY_STEPS = np.zeros(0, F.INDEX_DTYPE)
 _RETRIES = 5
 _SEGMENT_CACHE = 64
+_HOT_LOGS = (F.HOT, F.HOT_COMPACTING)
 
 
-def resolve_run_dir(path: str | os.PathLike[str]) -> str | None:
-    """The folder holding `plattli.json`: `path` itself or `path/plattli`, else None."""
-    p = os.path.abspath(os.fspath(path))
-    for cand in (p, os.path.join(p, F.DIR_NAME)):
-        if os.path.isfile(os.path.join(cand, F.MANIFEST)):
+def resolve_run_dir(path: str | os.PathLike[str]) -> Path | None:
+    """The resolved folder holding `plattli.json`: `path` itself or `path/plattli`, else None.
+
+    >>> import tempfile, chute.metrics as cm
+    >>> d = tempfile.mkdtemp(); cm.DirectWriter(d).close()
+    >>> cm.resolve_run_dir(d).name
+    'plattli'
+    """
+    p = Path(path).resolve()
+    for cand in (p, p / F.DIR_NAME):
+        if (cand / F.MANIFEST).is_file():
             return cand
     return None
 
@@ -68,7 +79,7 @@ def _open_source(path: str, kind: str | None) -> Source:
     rdir = resolve_run_dir(path)
     if rdir is None:
         raise FileNotFoundError(f"no metrics run at {path!r} (no {F.ZIP_NAME} or {F.DIR_NAME}/)")
-    return DirSource(rdir)
+    return DirSource(str(rdir))
 
 
 class Reader:
@@ -80,7 +91,12 @@ class Reader:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], kind: str | None = None, exclude_hot: bool = False
+        self,
+        path: str | os.PathLike[str],
+        kind: str | None = None,
+        exclude_hot: bool = False,
+        *,
+        verify: bool = False,
     ) -> None:
         self._path = os.fspath(path)
         self._src = _open_source(self._path, kind)
@@ -90,6 +106,44 @@ class Reader:
         self._hot: dict[str, tuple[list[int], list[Any]]] | None = None
         self._jsonl: dict[str, tuple[int, list[Any]]] = {}
         self._segments: dict[tuple[str, int], np.ndarray[Any, Any]] = {}
+        if verify:
+            try:
+                raise_if(self.verify(), self._path)
+            except BaseException:
+                self.close()
+                raise
+
+    def verify(self) -> list[str]:
+        """Check what the default read does not; returns the problems found ([] if none).
+
+        Archive members against their CRC-32, every hot-log line, every column's files
+        (present, steps increasing, and for a finished run sizes matching the steps).
+        `Reader(path, verify=True)` raises `CorruptRunError` listing them instead.
+
+        >>> import tempfile, chute.metrics as cm
+        >>> d = tempfile.mkdtemp(); w = cm.DirectWriter(d); w.write(loss=0.5); w.end_step()
+        >>> w.finish(); cm.Reader(d).verify()
+        []
+        """
+        problems = archive_problems(self._src)
+        try:
+            self.refresh()
+            self._hot_cols()
+            manifest = self._raw_manifest()
+        except CorruptRunError as e:
+            return [*problems, str(e)]
+        finished = self.finished
+        for name in F.metric_names(manifest):
+            try:
+                code, entry = self._entry(name)
+                steps = self._read(name, Selection())[0]
+                if code == F.JSONL:
+                    self._jsonl_values(name)
+            except (CorruptRunError, ValueError, _Stale) as e:
+                problems.append(f"metric {name!r}: {e}")
+                continue
+            problems += column_problems(self._src, name, entry or {}, steps, finished)
+        return problems
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -114,8 +168,14 @@ class Reader:
     def _raw_manifest(self) -> dict[str, Any]:
         if self._manifest is None:
             self._hot_cols()  # hot rows are snapshotted before the manifest that may absorb them
-            data = self._src.read(F.MANIFEST) or b""
-            self._manifest = F.load_manifest(data) if data else {}
+            data = self._src.read(F.MANIFEST)
+            if data is None:
+                raise RunFileMissingError(
+                    f"{self._src.where(F.MANIFEST)} is missing: not a run, or a live run that was "
+                    "finalized or removed since this Reader opened it",
+                    path=self._src.where(F.MANIFEST),
+                )
+            self._manifest = F.load_manifest(data)
             self._manifest_raw = data
         return self._manifest
 
@@ -133,6 +193,11 @@ class Reader:
         data = self._src.read(F.CONFIG)
         cfg = json.loads(data) if data else {}
         return cfg if isinstance(cfg, dict) else {}
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run was finished: an archive, or a folder `finish()` wrote `run_rows` to."""
+        return not self._src.live or "run_rows" in self._raw_manifest()
 
     def when_exported(self) -> str | None:
         """Timestamp of the last manifest write."""
@@ -152,6 +217,10 @@ class Reader:
 
     def approx_max_rows(self, nprobes: int = 12) -> int:
         """Cheap estimate of the row count of the most frequent metric (hot rows excluded)."""
+        if isinstance(nprobes, bool) or not isinstance(nprobes, (int, np.integer)):
+            raise TypeError(f"nprobes must be an integer, got {nprobes!r}")
+        if nprobes < 0:
+            raise ValueError(f"nprobes must be >= 0, got {nprobes}")
         m = self._raw_manifest()
         if isinstance(m.get("run_rows"), int):
             return int(m["run_rows"])
@@ -206,21 +275,22 @@ class Reader:
         dtype: DTypeArg | Mapping[str, DTypeArg] = "standard",
         **selectors: Any,
     ) -> tuple[np.ndarray[Any, Any], dict[str, np.ndarray[Any, Any]]]:
-        """Step-aligned columns: only steps present in every metric (inner join)."""
-        cols = list(names)
+        """Step-aligned columns: only steps present in every metric (inner join).
+
+        `on` names the column the selectors apply to; a metric not among `names` takes
+        part in the join without being returned. Repeated names are read once.
+        """
+        cols = list(dict.fromkeys(names))
         if not cols:
             raise ValueError("table() needs at least one metric name")
-        if len(set(cols)) != len(cols):
-            raise ValueError(f"table() got duplicate metric names: {cols}")
-        if on != "step" and on not in cols:
-            raise ValueError(f"on={on!r} must be 'step' or one of the requested metrics {cols}")
+        joined = cols if on == "step" or on in cols else [on, *cols]
         sel = Selection.of(selectors)
         per = dtype if isinstance(dtype, Mapping) else {}
         dtypes = {n: per.get(n, "standard") if per else dtype for n in cols}
         unknown = set(dtype) - set(cols) if isinstance(dtype, Mapping) else set()
         if unknown:
             raise ValueError(f"dtype given for metrics not in the table: {sorted(unknown)}")
-        steps, raw = self._retry(lambda: self._table(cols, on, sel))
+        steps, raw = self._retry(lambda: self._table(joined, on, sel))
         return steps, {n: cast(raw[n][0], raw[n][1], dtypes[n], n) for n in cols}
 
     def _table(
@@ -289,8 +359,9 @@ class Reader:
         if self._hot is None:
             # Newest first: a row leaves hot.jsonl only for hot.compacting.jsonl, and leaves
             # that only once it is in the columns, which are read after this.
-            hot = parse_rows(self._src.read(F.HOT) or b"")
-            rows = parse_rows(self._src.read(F.HOT_COMPACTING) or b"") + hot
+            hot = parse_rows(self._src.read(F.HOT) or b"", self._src.where(F.HOT))
+            compacting = self._src.read(F.HOT_COMPACTING) or b""
+            rows = parse_rows(compacting, self._src.where(F.HOT_COMPACTING)) + hot
             cols: dict[str, tuple[list[int], list[Any]]] = {}
             for step, row in rows:
                 for k, v in row.items():
@@ -314,30 +385,49 @@ class Reader:
 
     def _jsonl_values(self, name: str) -> list[Any]:
         rel = F.value_file(name, F.JSONL)
-        size = self._src.size(rel) or 0
+        size = self._size(name, rel)
         cached = self._jsonl.get(name)
         if cached is None or cached[0] != size:
             data = self._src.read(rel, 0, size) or b""
-            lines = data.split(b"\n")[:-1]
+            lines = data.split(b"\n")[:-1]  # an unterminated last line is a torn append
             vals = []
-            for line in lines:
+            for lineno, line in enumerate(lines, 1):
                 try:
                     vals.append(json.loads(line))
                 except ValueError:
-                    break
+                    where = self._src.where(rel)
+                    raise CorruptRunError(
+                        f"{where}:{lineno}: not a JSON value; the run is damaged",
+                        path=where,
+                        line=lineno,
+                    ) from None
             self._jsonl[name] = cached = (size, vals)
         return cached[1]
+
+    def _size(self, name: str, rel: str) -> int:
+        """Size of a file the manifest names; its absence is damage unless a writer moved it."""
+        size = self._src.size(rel)
+        if size is not None:
+            return size
+        if self._src.live and self._src.read(F.MANIFEST) != self._manifest_raw:
+            raise _Stale  # widened, tightened or re-indexed under our cached manifest
+        entry = self._raw_manifest().get(name)
+        if isinstance(entry, dict) and not F.promises_rows(entry.get("indices", "indices")):
+            return 0  # no rows yet
+        if self._src.live and any(self._src.size(h) is not None for h in _HOT_LOGS):
+            # Plättli's CompactingWriter publishes a column's steps before creating its
+            # file; while a hot log exists the rows may still be on their way.
+            return 0
+        where = self._src.where(rel)
+        raise RunFileMissingError(
+            f"{where} is missing but the manifest lists metric {name!r}; the run is damaged",
+            path=where,
+        )
 
     def _value_rows(self, name: str, code: str) -> int:
         if code == F.JSONL:
             return len(self._jsonl_values(name))
-        size = self._src.size(F.value_file(name, code))
-        if size is None and self._src.live:
-            # Absent: not written yet, or a writer just widened it under our cached manifest.
-            fresh = F.load_manifest(self._src.read(F.MANIFEST) or b"{}").get(name)
-            if isinstance(fresh, dict) and fresh.get("dtype") != code:
-                raise _Stale
-        return (size or 0) // F.NUMERIC_DTYPES[code].itemsize
+        return self._size(name, F.value_file(name, code)) // F.NUMERIC_DTYPES[code].itemsize
 
     def _col_extent(
         self, name: str, code: str, entry: dict[str, Any] | None
@@ -348,6 +438,7 @@ class Reader:
         nvals = self._value_rows(name, code)
         spec = entry.get("indices", "indices")
         if spec == "indices":
+            self._size(name, F.index_file(name))
             steps = self._src.array(F.index_file(name), F.INDEX_DTYPE, 0, -1)
         else:
             steps = self._expand(spec, nvals)
@@ -450,7 +541,7 @@ class Reader:
             steps = self._expand(spec, nvals)
             return min(nvals, len(steps)), steps.__getitem__
         rel = F.index_file(name)
-        nidx = (self._src.size(rel) or 0) // F.INDEX_DTYPE.itemsize
+        nidx = self._size(name, rel) // F.INDEX_DTYPE.itemsize
 
         def step_at(i: int) -> Any:
             return self._src.array(rel, F.INDEX_DTYPE, i, 1)[0]

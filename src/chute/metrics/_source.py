@@ -12,6 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from chute.errors import CorruptRunError, RunFileMissingError
+
+from ._format import MANIFEST
+
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 
 
@@ -19,6 +23,10 @@ class Source(ABC):
     """Files of one run, addressed by their path relative to the run folder."""
 
     live: bool
+
+    @abstractmethod
+    def where(self, rel: str) -> str:
+        """A file's location for error messages."""
 
     @abstractmethod
     def size(self, rel: str) -> int | None:
@@ -50,6 +58,9 @@ class DirSource(Source):
 
     def close(self) -> None:
         """Nothing is held open between reads."""
+
+    def where(self, rel: str) -> str:
+        return os.path.join(self.root, rel)
 
     def size(self, rel: str) -> int | None:
         try:
@@ -83,21 +94,46 @@ class ZipSource(Source):
     live = False
 
     def __init__(self, path: str) -> None:
+        self.path = path
         self._file = open(path, "rb")  # noqa: SIM115 - kept open until close()
         try:
             self._zf = zipfile.ZipFile(self._file)
             self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+            self._members = self._locate()
+        except (zipfile.BadZipFile, struct.error, ValueError) as e:
+            self._file.close()
+            raise CorruptRunError(f"{path} is not a readable zip archive: {e}", path=path) from None
         except BaseException:
             self._file.close()
             raise
-        self._members: dict[str, tuple[int, int] | None] = {}
+        if MANIFEST not in self._members:
+            self.close()
+            raise RunFileMissingError(
+                f"archive {path} has no {MANIFEST}: not a Plättli run, or a damaged one", path=path
+            )
+
+    def _locate(self) -> dict[str, tuple[int, int] | None]:
+        """Data offset and size of each stored member (None: compressed, read via zipfile)."""
+        members: dict[str, tuple[int, int] | None] = {}
         for info in self._zf.infolist():
-            if info.compress_type == zipfile.ZIP_STORED:
-                head = _LOCAL_HEADER.unpack_from(self._map, info.header_offset)
-                start = info.header_offset + _LOCAL_HEADER.size + head[9] + head[10]
-                self._members[info.filename] = (start, info.file_size)
-            else:
-                self._members[info.filename] = None
+            if info.compress_type != zipfile.ZIP_STORED:
+                members[info.filename] = None
+                continue
+            head = _LOCAL_HEADER.unpack_from(self._map, info.header_offset)
+            if head[0] != b"PK\x03\x04":
+                raise zipfile.BadZipFile(f"member {info.filename!r} has no local header")
+            start = info.header_offset + _LOCAL_HEADER.size + head[9] + head[10]
+            if start + info.file_size > len(self._map):
+                raise zipfile.BadZipFile(f"member {info.filename!r} runs past the end")
+            members[info.filename] = (start, info.file_size)
+        return members
+
+    def where(self, rel: str) -> str:
+        return f"{self.path}:{rel}"
+
+    def members(self) -> list[zipfile.ZipInfo]:
+        """Every member's directory entry (name, size, CRC-32)."""
+        return self._zf.infolist()
 
     def size(self, rel: str) -> int | None:
         if rel not in self._members:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from chute.errors import WriterClosedError
+from chute.errors import RunFinalizedError, RunHasStepsError, WriterClosedError
 
 from . import _config
 from . import _format as F
@@ -16,6 +16,7 @@ from ._archive import unzip_run, zip_run
 from ._columns import ColumnStore
 from ._dtypes import Value
 from ._lock import RunLock
+from ._reader import Reader, is_run
 from ._writer import Schema, batch_of, check_overrides, check_step, run_paths
 
 
@@ -25,23 +26,24 @@ class StreamingWriter(ABC):
     def __init__(
         self,
         outdir: str | os.PathLike[str],
-        step: int,
+        step: int | None,
         config: _config.ConfigArg,
         allow_resume_finalized: bool,
     ) -> None:
-        self._step = check_step(step)
+        self._step = 0 if step is None else check_step(step)
         frozen = _config.freeze(config)
         self._outdir, self._pdir, self._zip = run_paths(outdir)
+        if os.path.exists(self._zip) and not allow_resume_finalized:
+            raise RunFinalizedError(
+                f"{self._zip} is a finalized run; pass allow_resume_finalized=True to resume it"
+            )
+        if step is None:  # before taking over a live writer of this process
+            _refuse_if_logged(self._outdir)
         os.makedirs(self._outdir, exist_ok=True)
         self._closed = False
         self._lock = RunLock(self._outdir, self.close)
         try:
             if os.path.exists(self._zip):
-                if not allow_resume_finalized:
-                    raise FileExistsError(
-                        f"{self._zip} is a finalized run; "
-                        "pass allow_resume_finalized=True to resume it"
-                    )
                 unzip_run(self._zip, self._pdir)
             self._store = ColumnStore.open(self._pdir, self._step)
             _config.apply(frozen, self._outdir, self._pdir)
@@ -52,8 +54,13 @@ class StreamingWriter(ABC):
 
     @property
     def step(self) -> int:
-        """The step that `write()` logs at."""
+        """The step that `write()` logs at; assign to jump ahead (never back over written steps)."""
         return self._step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._check_open()
+        self._step = self._schema.move_step(self._step, value)
 
     def write(self, metrics: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         """Log metrics at the current step; the whole batch is validated before any change."""
@@ -131,3 +138,16 @@ class StreamingWriter(ABC):
     @abstractmethod
     def _drain(self, final: bool) -> None:
         """Push everything pending to disk (`final`: also fold the hot log into columns)."""
+
+
+def _refuse_if_logged(outdir: str) -> None:
+    """Without `step=`, a run that holds steps is never cut: say how to resume or restart."""
+    if not is_run(outdir):
+        return
+    with Reader(outdir) as r:
+        last = max((int(r.metric(n, idx=-1)[0]) for n in r.metrics() if r.rows(n)), default=-1)
+    if last >= 0:
+        raise RunHasStepsError(
+            f"run {outdir!r} already holds steps up to {last}; pass step={last + 1} to resume "
+            f"after them, or step=0 to start over (which deletes them)"
+        )

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from chute.errors import MetricWrittenTwiceError, StepOrderError
+
 from . import _config
 from . import _format as F
 from ._columns import Column
@@ -82,12 +84,12 @@ class Schema:
             if type(value) is float and meta is not None and meta.last_step != step:
                 code = meta.code
                 if code == "f64" or (code == "f32" and -_F32_MAX <= value <= _F32_MAX):
-                    out.append((name, Value("f32", value, None, False), code))
+                    out.append((name, Value("f64", value, None, False), code))
                     continue
             if meta is None:
                 F.check_name(name, self.root)
             elif meta.last_step == step:
-                raise ValueError(f"metric {name!r} was already written at step {step}")
+                raise MetricWrittenTwiceError(f"metric {name!r} was already written at step {step}")
             try:
                 val = capture(value)
                 if meta is None:
@@ -102,6 +104,27 @@ class Schema:
                 raise type(e)(f"metric {name!r} at step {step}: {e}") from None
             out.append((name, val, code))
         return out
+
+    def move_step(self, current: int, value: object) -> int:
+        """Validate `writer.step = value`: forward only, and not while a step is half written.
+
+        Plättli lets the step go back and then writes steps out of order (or fails at
+        `finish`); here going back over written steps is refused up front.
+        """
+        new = check_step(value)
+        if new == current:
+            return new
+        last = max((m.last_step for m in self.metas.values()), default=-1)
+        if last == current:
+            raise StepOrderError(
+                f"step {current} has writes not ended yet; call end_step() before moving the step"
+            )
+        if new <= last:
+            raise StepOrderError(
+                f"cannot move the step back to {new}: step {last} is already written; "
+                f"to rewrite from step {new}, reopen the writer with step={new}"
+            )
+        return new
 
     def commit(self, checked: list[tuple[str, Value, str]], step: int) -> None:
         metas = self.metas
