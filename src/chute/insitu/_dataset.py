@@ -3,32 +3,51 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
 import hashlib
+import inspect
 import json
 import math
 import os
 import queue
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
+from chute._sharding import Shard, resolve_shard
+
 from ._geometry import ArrayGeometry, open_geometries
 from ._plan import OrderSpec, SlabUse, sample_order, slab_use, working_set
 from ._pool import ChunkPool
 from ._scheduler import END, Engine, PassPlan
+from ._shared import SharedChunks
 from ._split import SplitManifest
-from ._store import CountingStore, StoreLike, open_store
+from ._store import (
+    CountingStore,
+    StoreLike,
+    is_store_option,
+    open_store,
+    session_of,
+    store_options_for,
+)
 from ._transforms import Batch, BatchTransform, ChunkTransform
 
 ViewName = Literal["train", "val", "test", "all"]
 VIEWS: tuple[ViewName, ...] = ("train", "val", "test", "all")
 REMOTE_INFLIGHT_BYTES = 64 << 20  # bytes in flight that hide object-store latency
 _BATCHES_HELD = 3  # beyond the queue: one being gathered, one in the pass, one consumed
-_ORDER = 2  # revision of the epoch order: states saved under another one do not resume
+_ORDER = 3  # revision of the epoch order: states saved under another one do not resume
+_STATE_VERSION = 2
+# insitubatch options chute does not take, and why (an error says so instead of "unknown")
+_NOT_TAKEN = {
+    "persist": "chute's cache_dir pool lives while processes use it and is then removed",
+    "readonly_cache": "every process sharing a cache_dir may decode a missing chunk",
+    "reset_stale_cache": "a cache_dir pool is cleared when its last process leaves",
+}
 
 
 def _cores() -> int:
@@ -47,6 +66,7 @@ class InSituConfig:
     cache_budget_bytes: int
     budget_is_automatic: bool
     seed: int
+    shuffle: bool
     shard: tuple[int, int] | None
     on_bad_chunk: Literal["raise", "skip"]
     cache_dir: str | None
@@ -60,7 +80,10 @@ class SplitView:
         self.name = name
 
     def __iter__(self) -> Iterator[Batch]:
-        return self._dataset._iterate(self.name)
+        """Start a pass. A second ``iter()`` while a pass of this view is still open (not
+        exhausted nor closed) raises ``RuntimeError``: two iterators over one pass would
+        hand out the same batches twice."""
+        return self._dataset._start(self.name)
 
     def __len__(self) -> int:
         """Batches in the current epoch's pass (including any already consumed)."""
@@ -75,15 +98,17 @@ class SplitView:
 
 
 class InSituDataset:
-    """Shuffled, split-aware batches read in place from a Zarr v3 archive.
+    """Shuffled, split-aware batches read in place from a Zarr archive or Icechunk session.
 
     Iterate a view: ``ds.train`` (chunk order permuted per ``(seed, epoch)``, samples
-    shuffled within windows of ``block_chunks`` chunks), ``ds.val``, ``ds.test``,
-    ``ds.all`` (deterministic). All views share one :class:`ChunkPool`, so a chunk is
-    read and decoded once while it fits. Batches are ``{variable: ndarray}`` plus
-    ``"sample_indices"``, samples on axis 0. Unset ``block_chunks``, ``max_inflight``
-    and ``cache_budget_bytes`` are derived from the core count, the chunk size and the
-    budget; ``describe()`` shows what was chosen and what it costs.
+    shuffled within windows of ``block_chunks`` chunks; in chunk order with
+    ``shuffle=False``), ``ds.val``, ``ds.test``, ``ds.all`` (deterministic). All views
+    share one :class:`ChunkPool`, so a chunk is read and decoded once while it fits.
+    Batches are :class:`Batch` dicts ``{variable: ndarray, "sample_indices": ...}``,
+    samples on axis 0. Unset ``block_chunks``, ``max_inflight`` and
+    ``cache_budget_bytes`` are derived from the core count, the chunk size and the
+    budget; ``describe()`` shows what was chosen and what it costs. An unknown keyword
+    is a ``TypeError`` naming the nearest valid one, raised before anything is read.
     """
 
     def __init__(
@@ -96,31 +121,43 @@ class InSituDataset:
         block_chunks: int | None = None,
         max_inflight: int | None = None,
         seed: int = 0,
+        shuffle: bool = True,
         prefetch_depth: int = 2,
         cache_budget_bytes: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         chunk_transforms: Sequence[ChunkTransform] = (),
         batch_transforms: Sequence[BatchTransform] = (),
-        shard: tuple[int, int] | None = None,
+        shard: Shard = None,
         on_bad_chunk: Literal["raise", "skip"] = "raise",
         decode_threads: int | None = None,
         **store_kwargs: Any,
     ) -> None:
-        self.manifest = _as_manifest(manifest)
+        _check_keywords(url, store_kwargs)
         _check_positive(batch_size=batch_size, prefetch_depth=prefetch_depth)
         _check_positive(block_chunks=block_chunks, max_inflight=max_inflight)
         _check_positive(decode_threads=decode_threads, cache_budget_bytes=cache_budget_bytes)
         if on_bad_chunk not in ("raise", "skip"):
             raise ValueError(f"on_bad_chunk must be 'raise' or 'skip', got {on_bad_chunk!r}")
-        if shard is not None:
-            index, count = shard
-            if count < 1 or not 0 <= index < count:
-                raise ValueError(
-                    f"shard must be (index, count) with 0 <= index < count, got {shard}"
-                )
+        if not isinstance(shuffle, bool):
+            raise TypeError(f"shuffle must be True or False, got {shuffle!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        try:
+            index, count = resolve_shard(shard)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"shard: {exc}") from None
+        session = session_of(url)
+        if session is not None and not session.read_only:
+            raise ValueError(
+                "pass a read-only Icechunk session (repo.readonly_session(branch=..., tag=... "
+                "or snapshot_id=...)): a writable one can change under the loader"
+            )
+        self.snapshot_id: str | None = None if session is None else str(session.snapshot_id)
+        self.manifest = _as_manifest(manifest)
         self.store = CountingStore(open_store(url, **store_kwargs))
         self.geometries = self._check_geometries(
-            dict(geometries) if geometries is not None else open_geometries(self.store)
+            dict(geometries) if geometries is not None else open_geometries(self.store),
+            explicit=geometries is not None,
         )
         cores = _cores()
         stored = self._stored_chunk_nbytes()
@@ -139,6 +176,7 @@ class InSituDataset:
                 block_chunks = max(1, min(block_chunks, cache_budget_bytes // (2 * block_bytes)))
         self._epoch = 0
         self._positions: dict[str, int] = dict.fromkeys(VIEWS, 0)
+        self._open: weakref.WeakValueDictionary[str, _Pass] = weakref.WeakValueDictionary()
         self._plans: dict[tuple[str, int], PassPlan] = {}
         self._consumer_wait = 0.0
         self._consumer_wall = 0.0
@@ -150,8 +188,9 @@ class InSituDataset:
             prefetch_depth=prefetch_depth,
             cache_budget_bytes=cache_budget_bytes or 1,
             budget_is_automatic=cache_budget_bytes is None,
-            seed=seed,
-            shard=shard,
+            seed=int(seed),
+            shuffle=shuffle,
+            shard=None if count == 1 else (index, count),
             on_bad_chunk=on_bad_chunk,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
         )
@@ -165,18 +204,28 @@ class InSituDataset:
                 f"must hold at once (block_chunks={block_chunks}, batch_size={batch_size}); "
                 "raise the budget or lower block_chunks"
             )
-        self.pool = ChunkPool(self.config.cache_budget_bytes, cache_dir)
-        self._engine = Engine(
-            self.store,
-            self.geometries,
-            self.pool,
-            max_inflight=self.config.max_inflight,
-            decode_threads=self.config.decode_threads,
-            batches_held=_BATCHES_HELD + self.config.prefetch_depth,
-            chunk_transforms=chunk_transforms,
-            batch_transforms=batch_transforms,
-            on_bad_chunk=on_bad_chunk,
-        )
+        self.pool = ChunkPool(self.config.cache_budget_bytes)
+        shared = None
+        if self.config.cache_dir is not None:
+            identity = _identity(url, self.snapshot_id, self.geometries, chunk_transforms)
+            shared = SharedChunks(self.config.cache_dir, identity, self.config.cache_budget_bytes)
+        try:
+            self._engine = Engine(
+                self.store,
+                self.geometries,
+                self.pool,
+                max_inflight=self.config.max_inflight,
+                decode_threads=self.config.decode_threads,
+                batches_held=_BATCHES_HELD + self.config.prefetch_depth,
+                chunk_transforms=chunk_transforms,
+                batch_transforms=batch_transforms,
+                on_bad_chunk=on_bad_chunk,
+                shared=shared,
+            )
+        except BaseException:
+            if shared is not None:
+                shared.close()
+            raise
         self._finalizer = weakref.finalize(self, self._engine.close)
 
     # -- views and epochs --------------------------------------------------------------
@@ -202,9 +251,13 @@ class InSituDataset:
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (reshuffles ``train``) and restart every view at its first batch."""
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        """Select the epoch (reshuffles ``train``) and restart every view at its first batch.
+
+        Refused while a pass is open: close or finish its iterator first.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
+        self._refuse_if_open("set_epoch()")
         self._epoch = epoch
         self._positions = dict.fromkeys(VIEWS, 0)
 
@@ -216,41 +269,81 @@ class InSituDataset:
     # -- resume ------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Where every view stands (batches consumed this epoch); JSON-serialisable."""
+        """Where every view stands (batches consumed this epoch) and the configuration
+        that fixes the batch order, including the Icechunk snapshot read; JSON-serialisable."""
         return {
-            "version": 1,
+            "version": _STATE_VERSION,
             "epoch": self._epoch,
             "positions": dict(self._positions),
-            "fingerprint": self._fingerprint(),
+            "config": self._order_fields(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume: the next pass over each view continues after its consumed batches.
 
-        Refuses a state from a dataset whose order would differ (other manifest, seed,
-        batch size, window or shard, or a chute version that orders epochs differently).
+        Refuses a state whose batch order would differ, naming each differing field with
+        its saved and current value (manifest, seed, batch size, window, shuffle, shard,
+        the chute epoch-order revision, or the Icechunk snapshot: a branch that moved on
+        since the state was saved would read other data).
         """
-        if state.get("version") != 1:
-            raise ValueError(f"unknown state version {state.get('version')!r}")
-        if state.get("fingerprint") != self._fingerprint():
+        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+            version = state.get("version") if isinstance(state, Mapping) else None
             raise ValueError(
-                "state was saved by a dataset with another manifest, seed, batch_size, "
-                "block_chunks or shard (or by a chute with another epoch order); its batch "
-                "order would not match"
+                f"not an InSituDataset state of version {_STATE_VERSION} (got version "
+                f"{version!r}; states of other versions order batches differently)"
             )
-        self.set_epoch(int(state["epoch"]))
-        for name, pos in state["positions"].items():
-            if name not in self._positions or not 0 <= int(pos) <= self._plan(name).n_batches:
+        saved, ours = state.get("config", {}), self._order_fields()
+        clashes = [
+            f"{k}: saved {saved.get(k)!r}, current {v!r}"
+            for k, v in ours.items()
+            if _jsonable(saved.get(k)) != _jsonable(v)
+        ]
+        if clashes:
+            hint = ""
+            if saved.get("snapshot_id") != ours["snapshot_id"] and saved.get("snapshot_id"):
+                hint = (
+                    "; to resume on the same data open "
+                    f"repo.readonly_session(snapshot_id={saved['snapshot_id']!r})"
+                )
+            raise ValueError(
+                "the state belongs to another batch order (" + "; ".join(clashes) + ")" + hint
+            )
+        self._refuse_if_open("load_state_dict()")
+        epoch = state.get("epoch")
+        if isinstance(epoch, bool) or not isinstance(epoch, int):
+            raise ValueError(f"bad epoch {epoch!r} in the state")
+        self.set_epoch(epoch)
+        for name, pos in dict(state.get("positions", {})).items():
+            if (
+                name not in self._positions
+                or isinstance(pos, bool)
+                or not isinstance(pos, int)
+                or not 0 <= pos <= self._plan(name).n_batches
+            ):
                 raise ValueError(f"bad position {pos!r} for view {name!r}")
-            self._positions[name] = int(pos)
+            self._positions[name] = pos
 
-    def _fingerprint(self) -> str:
+    def _order_fields(self) -> dict[str, Any]:
+        """What fixes the batch order of every pass: a state must match all of it."""
         c = self.config
-        text = json.dumps(
-            [self.manifest.to_dict(), c.seed, c.batch_size, c.block_chunks, c.shard, _ORDER],
-            sort_keys=True,
-        )
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        manifest = json.dumps(self.manifest.to_dict(), sort_keys=True)
+        return {
+            "manifest": hashlib.sha256(manifest.encode()).hexdigest()[:16],
+            "seed": c.seed,
+            "batch_size": c.batch_size,
+            "block_chunks": c.block_chunks,
+            "shuffle": c.shuffle,
+            "shard": None if c.shard is None else list(c.shard),
+            "order_revision": _ORDER,
+            "snapshot_id": self.snapshot_id,
+        }
+
+    def _refuse_if_open(self, what: str) -> None:
+        if self._open:
+            raise RuntimeError(
+                f"{what} while a pass over {sorted(self._open)} is open: finish the pass or "
+                "close its iterator first"
+            )
 
     # -- planning ----------------------------------------------------------------------
 
@@ -260,7 +353,8 @@ class InSituDataset:
         if plan is None:
             c, m = self.config, self.manifest
             lead = math.ceil(c.batch_size / m.sample_chunk_size)
-            spec = OrderSpec(view == "train", c.seed, self._epoch, c.block_chunks, c.shard, lead)
+            shuffled = view == "train" and c.shuffle
+            spec = OrderSpec(shuffled, c.seed, self._epoch, c.block_chunks, c.shard, lead)
             order = sample_order(m.chunk_ids(view), m.sample_chunk_size, m.n_samples, spec)
             plan = PassPlan(order=order, batch_size=c.batch_size, uses=self._uses(order, 0))
             self._plans = {k: p for k, p in self._plans.items() if k[1] == self._epoch}
@@ -292,7 +386,7 @@ class InSituDataset:
         may be the whole pass, so all of that variable's slabs are counted.
         """
         plan = self._plan(view)
-        if view != "train":
+        if view != "train" or not self.config.shuffle:
             return working_set(list(plan.uses.values()), plan.n_batches)
         c, m = self.config, self.manifest
         size = m.sample_chunk_size
@@ -316,9 +410,20 @@ class InSituDataset:
             ahead = math.ceil(window / self.config.batch_size) + 1
         return working_set(list(plan.uses.values()), plan.n_batches, ahead)
 
-    def _iterate(self, view: str) -> Iterator[Batch]:
+    def _start(self, view: str) -> _Pass:
         if self._engine.closed:
             raise RuntimeError("this InSituDataset is closed")
+        if view in self._open:
+            raise RuntimeError(
+                f"ds.{view} is already being iterated ({self._positions[view]} batches handed "
+                "out): a second iterator would repeat its batches. Finish the first pass, or "
+                "close() its iterator, then iterate again to continue after its last batch"
+            )
+        it = _Pass(self, view)
+        self._open[view] = it
+        return it
+
+    def _iterate(self, view: str) -> Generator[Batch, None, None]:
         full = self._plan(view)
         start = self._positions[view]
         if start >= full.n_batches:
@@ -351,14 +456,21 @@ class InSituDataset:
     # -- reporting -----------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """Counters: store reads, pool hits/misses/evictions, resident and peak bytes."""
+        """Counters: store reads, pool hits/misses/evictions, resident and peak bytes, slabs
+        this process decoded and slabs it mapped from another process's decode."""
         pool = asdict(self.pool.stats)
         return {
             **pool,
             "store_reads": sum(self.store.gets.values()),
             "store_bytes": self.store.bytes_read,
+            "decodes": self._engine.decodes,
+            "shared_hits": self._engine.shared_hits,
             "bad_chunks": self.bad_chunks,
         }
+
+    def print_summary(self) -> None:
+        """Print ``describe()`` (what insitubatch's ``print_summary`` shows, as JSON)."""
+        print(json.dumps(self.describe(), indent=2, default=str))
 
     def describe(self) -> dict[str, Any]:
         """The configuration, the memory it holds, and the stage that limits throughput."""
@@ -396,22 +508,34 @@ class InSituDataset:
         }
 
     def _limiting_stage(self) -> tuple[str, str]:
+        """The stage that limits throughput, read from measured waits along the chain.
+
+        The consumer waiting for batches means the batch pass feeding it is the limit.
+        The pass itself waits for room in the pool, for the slabs of its next batch, or
+        is busy assembling; slabs in turn spend their time being fetched or decoded
+        (including waiting for a decode thread). The largest share at each step decides.
+        """
         wall = self._consumer_wall
         if wall <= 0:
             return "unknown", "no pass has run yet; iterate a view, then describe() again"
-        t, c = self._engine.times, self.config
+        t = self._engine.times
         waiting = self._consumer_wait / wall
+        head = f"the consumer waited {waiting:.0%} of the time"
         if waiting < 0.1:
-            return "consumer", f"the consumer waited {waiting:.0%} of the time: the loader keeps up"
-        threads = wall * c.decode_threads
-        load = {
-            "fetch": self.store.seconds / (wall * c.max_inflight),
-            "decode": t.decode / threads,
-            "transform+assemble": (t.transform + t.gather) / threads,
-        }
-        stage = max(load, key=lambda k: load[k])
-        busy = ", ".join(f"{k} {v:.0%}" for k, v in load.items())
-        return stage, f"consumer waited {waiting:.0%}; stage utilisation: {busy}"
+            return "consumer", f"{head}: the loader keeps up, the training step is the limit"
+        feed = {"pool": t.admit_wait, "slabs": t.slab_wait, "transform+assemble": t.gather}
+        spent = sum(feed.values()) or 1.0
+        shares = ", ".join(f"{k} {v / spent:.0%}" for k, v in feed.items())
+        why = f"{head}; the batch pass spent its time on: {shares}"
+        top = max(feed, key=lambda k: feed[k])
+        if top != "slabs":
+            return top, why
+        slab = {"fetch": self.store.seconds, "decode": t.decode + t.queue + t.transform}
+        detail = (
+            f"; slab time: fetch {slab['fetch']:.2f} s, decode {t.decode:.2f} s, waiting "
+            f"for a decode thread {t.queue:.2f} s, chunk transforms {t.transform:.2f} s"
+        )
+        return max(slab, key=lambda k: slab[k]), why + detail
 
     def close(self) -> None:
         """Stop the engine and release the pool."""
@@ -423,9 +547,23 @@ class InSituDataset:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _check_geometries(self, geometries: dict[str, ArrayGeometry]) -> dict[str, ArrayGeometry]:
+    def _check_geometries(
+        self, geometries: dict[str, ArrayGeometry], explicit: bool
+    ) -> dict[str, ArrayGeometry]:
+        """The variables to read: every one given must fit the manifest; of those found
+        in the group, the ones that do not (coordinates, other lengths) are left out."""
         m = self.manifest
-        chosen = {n: g for n, g in geometries.items() if g.n_samples == m.n_samples}
+        unfit = {
+            n: f"{g.n_samples} samples on axis {g.sample_axis}"
+            for n, g in geometries.items()
+            if g.n_samples != m.n_samples
+        }
+        if explicit and unfit:
+            raise ValueError(
+                f"variables {unfit} do not have the manifest's {m.n_samples} samples on their "
+                "sample axis; open their geometries with the right sample_axis= or leave them out"
+            )
+        chosen = {n: g for n, g in geometries.items() if n not in unfit}
         if not chosen:
             raise ValueError(
                 f"no variable has the manifest's {m.n_samples} samples on its sample axis "
@@ -465,6 +603,96 @@ def _as_manifest(
     if isinstance(manifest, Mapping):
         return SplitManifest.from_dict(dict(manifest))
     return SplitManifest.from_json(manifest)
+
+
+class _Pass:
+    """The iterator of one pass over a view; the view is free again once it is exhausted,
+    fails, is closed, or is garbage collected."""
+
+    def __init__(self, dataset: InSituDataset, view: str) -> None:
+        self._dataset = dataset
+        self.view = view
+        self._batches = dataset._iterate(view)
+
+    def __iter__(self) -> _Pass:
+        return self
+
+    def __next__(self) -> Batch:
+        try:
+            return next(self._batches)
+        except BaseException:
+            self._release()
+            raise
+
+    def close(self) -> None:
+        """End the pass early; the next iteration of the view continues after its batches."""
+        self._batches.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._dataset._open.get(self.view) is self:
+            del self._dataset._open[self.view]
+
+
+def _keywords() -> list[str]:
+    return [
+        n
+        for n, p in inspect.signature(InSituDataset.__init__).parameters.items()
+        if p.kind is p.KEYWORD_ONLY or (n != "self" and p.kind is p.POSITIONAL_OR_KEYWORD)
+    ]
+
+
+def _check_keywords(url: StoreLike, store_kwargs: Mapping[str, Any]) -> None:
+    """Every extra keyword must be a store option of ``url``: else a ``TypeError`` naming
+    it and the nearest valid keyword, before anything is opened or read."""
+    for key in store_kwargs:
+        if is_store_option(url, key):
+            continue
+        if key in _NOT_TAKEN:
+            raise TypeError(f"InSituDataset does not take insitubatch's {key}=: {_NOT_TAKEN[key]}")
+        valid = [*_keywords(), *sorted(store_options_for(url))]
+        near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        where = "" if store_options_for(url) else " (store options apply to s3:// URLs only)"
+        raise TypeError(f"InSituDataset got an unexpected keyword argument {key!r}{hint}{where}")
+
+
+def _identity(
+    url: StoreLike,
+    snapshot: str | None,
+    geometries: Mapping[str, ArrayGeometry],
+    transforms: Sequence[ChunkTransform],
+) -> str:
+    """What decides a slab's decoded bytes: processes agreeing on it share the on-disk pool.
+
+    A chunk transform is told apart by its ``repr``, so a dataclass transform (such as
+    :class:`StandardScaler`) is shared and a lambda (whose repr holds an address) is not.
+    """
+    if isinstance(url, (str, os.PathLike)):
+        text = os.fspath(url)
+        where = (
+            text
+            if "://" in text and not text.startswith("file://")
+            else os.path.abspath(text.removeprefix("file://"))
+        )
+    elif snapshot is not None:
+        where = f"icechunk:{snapshot}"
+    else:
+        where = str(url)
+    return json.dumps(
+        {
+            "store": where,
+            "geometries": {n: asdict(g) for n, g in sorted(geometries.items())},
+            "transforms": [repr(t) for t in transforms],
+        },
+        sort_keys=True,
+        default=str,
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(value))
 
 
 def _check_positive(**values: int | None) -> None:

@@ -11,7 +11,7 @@ import zarr
 from zarr.abc.store import Store
 
 from ._aio import run_sync
-from ._store import StoreLike, open_store
+from ._store import StoreLike, open_store, store_name
 
 
 @dataclass(frozen=True)
@@ -96,11 +96,11 @@ def geometry_of(array: Any, sample_axis: int) -> ArrayGeometry:
 
 
 async def _open_geometries(
-    store: Store, variables: list[str] | None, sample_axis: int
+    store: Store, variables: list[str] | None, sample_axis: int, name: str = ""
 ) -> dict[str, ArrayGeometry]:
     node = await zarr.api.asynchronous.open(store=store, mode="r")
     if isinstance(node, zarr.AsyncArray):
-        arrays = {node.path or "": node}
+        arrays = {node.path or name: node}
     else:
         arrays = {name: arr async for name, arr in node.arrays()}
     if variables is not None:
@@ -108,9 +108,26 @@ async def _open_geometries(
         if missing:
             raise KeyError(f"variables {missing} not in the Zarr group (has {sorted(arrays)})")
         arrays = {v: arrays[v] for v in variables}
+        short = {v: a.ndim for v, a in arrays.items() if a.ndim <= sample_axis}
+        if short:
+            raise ValueError(
+                f"sample_axis={sample_axis} is outside the axes of {short} "
+                "(variable: number of axes)"
+            )
     else:
+        every = arrays
         arrays = {k: a for k, a in sorted(arrays.items()) if a.ndim > sample_axis}
+        if not arrays:
+            axes = {k: a.ndim for k, a in sorted(every.items())}
+            raise ValueError(
+                f"no array has a sample_axis={sample_axis} (number of axes per array: {axes})"
+            )
     return {name: geometry_of(arr, sample_axis) for name, arr in arrays.items()}
+
+
+def _check_axis(sample_axis: int) -> None:
+    if isinstance(sample_axis, bool) or not isinstance(sample_axis, int) or sample_axis < 0:
+        raise ValueError(f"sample_axis must be a non-negative integer, got {sample_axis!r}")
 
 
 def open_geometries(
@@ -123,7 +140,9 @@ def open_geometries(
     """Read ``{name: ArrayGeometry}`` from the Zarr v3 metadata at ``url``.
 
     ``url`` is a group (every array with a ``sample_axis``, or just ``variables``) or a
-    single array. Only metadata is read.
+    single array, named after the last part of its path (``"store.zarr/t2m"`` gives
+    ``{"t2m": ...}``). Zarr v2 arrays are read too. Only metadata is read.
     """
+    _check_axis(sample_axis)
     store = open_store(url, **store_kwargs)
-    return run_sync(_open_geometries(store, variables, sample_axis))
+    return run_sync(_open_geometries(store, variables, sample_axis, store_name(url)))

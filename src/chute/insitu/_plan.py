@@ -5,11 +5,28 @@ Everything here is vectorised numpy, so the Python work grows with chunks, not s
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
+from chute.sampler import Sampler
+
 from ._split import chunk_samples
+
+
+def permutation(n: int, seed: int, stream: str, epoch: int) -> np.ndarray:
+    """A permutation of ``range(n)`` that is a pure function of ``(seed, stream, epoch)``.
+
+    It is the step loader's counter-based (Feistel) sampler drawing one whole cycle, so an
+    order, and thus a resume, is the same under any numpy version. ``stream`` separates
+    the independent permutations one epoch needs.
+    """
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    digest = hashlib.blake2b(f"{seed}/{stream}".encode(), digest_size=8).digest()
+    key = int.from_bytes(digest, "little")
+    return Sampler(n, n, "cyclic", key).indices(epoch).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -36,8 +53,9 @@ def sample_order(
     rank takes every ``count``-th chunk of that permutation (disjoint chunk sets) and
     every rank's pass is cut to the shortest rank's length (equal batch counts).
     """
-    rng = np.random.default_rng([spec.seed, spec.epoch])
-    chunks = rng.permutation(chunk_ids) if spec.shuffle else np.asarray(chunk_ids, np.int64)
+    chunks = np.asarray(chunk_ids, np.int64)
+    if spec.shuffle:
+        chunks = chunks[permutation(len(chunks), spec.seed, "chunks", spec.epoch)]
     if spec.shard is not None:
         index, count = spec.shard
         lengths = np.clip(n_samples - chunks * chunk_size, 0, chunk_size)
@@ -53,7 +71,8 @@ def sample_order(
         window = position // spec.block_chunks
         # two groups per window (the first window's lead chunks, the rest); order kept
         group = 2 * window + ((window == 0) & (position >= spec.lead_chunks))
-        order = order[np.lexsort((rng.random(len(order)), np.repeat(group, lengths)))]
+        keys = permutation(len(order), spec.seed, "samples", spec.epoch)
+        order = order[np.lexsort((keys, np.repeat(group, lengths)))]
     return order if keep is None else order[:keep]
 
 
