@@ -1,4 +1,4 @@
-"""In-place Zarr v3 loader: shuffled, split-aware numpy batches without converting the data.
+"""In-place Zarr and Icechunk loader: shuffled, split-aware numpy batches, data unconverted.
 
 Read each stored chunk once, shuffle within a window of chunks, feed batches from one
 event loop under one read budget, and share one decoded-chunk pool between splits.
@@ -10,11 +10,12 @@ from ._dataset import InSituConfig, InSituDataset, SplitView
 from ._geometry import ArrayGeometry, open_geometries
 from ._pool import ChunkPool, PoolStats
 from ._split import SplitManifest, split_by_chunk
-from ._transforms import BatchTransform, ChunkTransform, StandardScaler
+from ._transforms import Batch, BatchTransform, ChunkTransform, StandardScaler
 
 __all__ = [
     "ArrayGeometry",
     "BadChunkError",
+    "Batch",
     "BatchTransform",
     "ChunkPool",
     "ChunkTransform",

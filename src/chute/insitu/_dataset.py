@@ -20,7 +20,7 @@ import numpy as np
 
 from chute._sharding import Shard, resolve_shard
 
-from ._geometry import ArrayGeometry, open_geometries
+from ._geometry import ArrayGeometry, read_geometries
 from ._plan import OrderSpec, SlabUse, sample_order, slab_use, working_set
 from ._pool import ChunkPool
 from ._scheduler import END, Engine, PassPlan
@@ -32,6 +32,7 @@ from ._store import (
     is_store_option,
     open_store,
     session_of,
+    store_name,
     store_options_for,
 )
 from ._transforms import Batch, BatchTransform, ChunkTransform
@@ -155,8 +156,9 @@ class InSituDataset:
         self.snapshot_id: str | None = None if session is None else str(session.snapshot_id)
         self.manifest = _as_manifest(manifest)
         self.store = CountingStore(open_store(url, **store_kwargs))
+        name = store_name(url)
         self.geometries = self._check_geometries(
-            dict(geometries) if geometries is not None else open_geometries(self.store),
+            dict(geometries) if geometries is not None else read_geometries(self.store, name),
             explicit=geometries is not None,
         )
         cores = _cores()

@@ -20,7 +20,13 @@ class ArrayGeometry:
 
     ``chunks`` is the chunk shape zarr decodes; ``shards`` the shard shape of a sharded
     array (else ``None``). The stored object the loader fetches is the shard when there
-    is one, else the chunk: ``stored_chunks``.
+    is one, else the chunk: ``stored_chunks``. insitubatch's attribute names
+    (``inner_shape``, ``inner_chunks``, ``chunk_bytes``, ``offset``, ``chunk_of``,
+    ``samples_in_chunk``) read the same facts.
+
+    >>> g = ArrayGeometry("t2m", shape=(20, 3, 4), chunks=(8, 3, 4), dtype="<f4")
+    >>> g.n_chunks, g.inner_shape, g.chunk_bytes, g.samples_in_chunk(2)
+    (3, (3, 4), 384, range(16, 20))
     """
 
     path: str
@@ -70,6 +76,42 @@ class ArrayGeometry:
     def slab_nbytes(self) -> int:
         """Decoded bytes of one full sample-axis chunk across every other axis."""
         return self.sample_chunk_size * self.sample_nbytes
+
+    # -- insitubatch's names for the same facts ----------------------------------------
+
+    @property
+    def offset(self) -> int:
+        """Sample-axis read offset: always 0 (chute reads no windowed views)."""
+        return 0
+
+    @property
+    def inner_shape(self) -> tuple[int, ...]:
+        """Shape of one sample (``sample_shape``)."""
+        return self.sample_shape
+
+    @property
+    def inner_chunks(self) -> tuple[int, ...]:
+        """Stored-chunk shape on the axes other than the sample axis."""
+        c = self.stored_chunks
+        return c[: self.sample_axis] + c[self.sample_axis + 1 :]
+
+    @property
+    def chunk_bytes(self) -> int:
+        """Decoded bytes of one whole sample-axis chunk (``slab_nbytes``)."""
+        return self.slab_nbytes
+
+    def chunk_of(self, sample_index: int) -> int:
+        """The sample-axis chunk holding ``sample_index``."""
+        if not 0 <= sample_index < self.n_samples:
+            raise IndexError(f"sample {sample_index} outside [0, {self.n_samples})")
+        return sample_index // self.sample_chunk_size
+
+    def samples_in_chunk(self, chunk_index: int) -> range:
+        """The sample indices of sample-axis chunk ``chunk_index``."""
+        if not 0 <= chunk_index < self.n_chunks:
+            raise IndexError(f"chunk {chunk_index} outside [0, {self.n_chunks})")
+        start = chunk_index * self.sample_chunk_size
+        return range(start, min(start + self.sample_chunk_size, self.n_samples))
 
     @property
     def chunks_per_slab(self) -> int:
@@ -123,6 +165,11 @@ async def _open_geometries(
                 f"no array has a sample_axis={sample_axis} (number of axes per array: {axes})"
             )
     return {name: geometry_of(arr, sample_axis) for name, arr in arrays.items()}
+
+
+def read_geometries(store: Store, name: str) -> dict[str, ArrayGeometry]:
+    """Every array of an opened store with a sample axis 0 (an array at the root is ``name``)."""
+    return run_sync(_open_geometries(store, None, 0, name))
 
 
 def _check_axis(sample_axis: int) -> None:
