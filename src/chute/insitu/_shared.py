@@ -149,18 +149,17 @@ class SharedChunks:
         """Write ``data`` for the other processes and return it mapped from the file; if
         it cannot be kept within the budget or the disk is full, ``data`` as it is."""
         data = np.ascontiguousarray(data)
-        total = _HEADER + data.nbytes
-        if total > self.budget_bytes or not self._make_room(total):
-            return data
         final = self._path(key) + _SUFFIX
         tmp = f"{self._path(key)}.tmp-{uuid.uuid4().hex}"
         try:
-            with open(tmp, "wb") as f:
+            if not self._reserve(tmp, _HEADER + data.nbytes):
+                return data
+            with open(tmp, "r+b") as f:
                 f.write(_header(data))
                 f.write(data.data.cast("B"))
             os.replace(tmp, final)  # whole, or not there at all
         except OSError as exc:
-            if os.path.exists(tmp):
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 return data
@@ -168,27 +167,40 @@ class SharedChunks:
         mapped = self.load(key) if data.nbytes else None
         return data if mapped is None else mapped  # evicted meanwhile: keep the heap copy
 
-    def _make_room(self, nbytes: int) -> bool:
-        """Remove least recently used slabs until ``nbytes`` more fit in the budget."""
+    def _reserve(self, tmp: str, nbytes: int) -> bool:
+        """Create ``tmp`` at ``nbytes`` once that fits in the budget, removing the least
+        recently used slabs to make room; ``False`` if it cannot fit.
+
+        Files being written count with their final size, so processes publishing at the
+        same time cannot overshoot the budget together.
+        """
+        if nbytes > self.budget_bytes:
+            return False
         lock = os.open(os.path.join(self.root, "evict.lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             files: list[tuple[float, int, str]] = []
+            used = 0
             for entry in os.scandir(self.root):
-                if entry.name.endswith(_SUFFIX):
+                if entry.name.endswith(_SUFFIX) or ".tmp-" in entry.name:
                     try:
                         st = entry.stat()
                     except FileNotFoundError:
                         continue
-                    files.append((st.st_mtime, st.st_size, entry.path))
-            used = sum(f[1] for f in files)
+                    used += st.st_size
+                    if entry.name.endswith(_SUFFIX):
+                        files.append((st.st_mtime, st.st_size, entry.path))
             for _, size, path in sorted(files):
                 if used + nbytes <= self.budget_bytes:
                     break
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
                 used -= size
-            return used + nbytes <= self.budget_bytes
+            if used + nbytes > self.budget_bytes:
+                return False
+            with open(tmp, "wb") as f:
+                f.truncate(nbytes)
+            return True
         finally:
             os.close(lock)
 
