@@ -12,7 +12,7 @@ import zarr
 
 from chute.insitu import InSituDataset, open_geometries, split_by_chunk
 
-from .conftest import N, S3_OPTIONS, write_archive, x_values
+from .conftest import S3_OPTIONS, N, write_archive, x_values
 
 icechunk = pytest.importorskip("icechunk")
 
