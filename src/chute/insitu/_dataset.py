@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import difflib
-import hashlib
 import inspect
 import json
 import math
@@ -21,34 +19,28 @@ import numpy as np
 from chute._sharding import Shard, resolve_shard
 
 from ._geometry import ArrayGeometry, read_geometries
+from ._options import check_keywords, check_positive, identity_of
 from ._plan import OrderSpec, SlabUse, sample_order, slab_use, working_set
 from ._pool import ChunkPool
 from ._scheduler import END, Engine, PassPlan
 from ._shared import SharedChunks
 from ._split import SplitManifest
-from ._store import (
-    CountingStore,
-    StoreLike,
-    is_store_option,
-    open_store,
-    session_of,
-    store_name,
-    store_options_for,
-)
+from ._state import STATE_VERSION, check_state, order_fields
+from ._store import CountingStore, StoreLike, open_store, session_of, store_name
 from ._transforms import Batch, BatchTransform, ChunkTransform
 
 ViewName = Literal["train", "val", "test", "all"]
 VIEWS: tuple[ViewName, ...] = ("train", "val", "test", "all")
 REMOTE_INFLIGHT_BYTES = 64 << 20  # bytes in flight that hide object-store latency
 _BATCHES_HELD = 3  # beyond the queue: one being gathered, one in the pass, one consumed
-_ORDER = 3  # revision of the epoch order: states saved under another one do not resume
-_STATE_VERSION = 2
-# insitubatch options chute does not take, and why (an error says so instead of "unknown")
-_NOT_TAKEN = {
-    "persist": "chute's cache_dir pool lives while processes use it and is then removed",
-    "readonly_cache": "every process sharing a cache_dir may decode a missing chunk",
-    "reset_stale_cache": "a cache_dir pool is cleared when its last process leaves",
-}
+
+
+def _keywords() -> list[str]:
+    return [
+        n
+        for n, p in inspect.signature(InSituDataset.__init__).parameters.items()
+        if p.kind is p.KEYWORD_ONLY or (n != "self" and p.kind is p.POSITIONAL_OR_KEYWORD)
+    ]
 
 
 def _cores() -> int:
@@ -133,10 +125,10 @@ class InSituDataset:
         decode_threads: int | None = None,
         **store_kwargs: Any,
     ) -> None:
-        _check_keywords(url, store_kwargs)
-        _check_positive(batch_size=batch_size, prefetch_depth=prefetch_depth)
-        _check_positive(block_chunks=block_chunks, max_inflight=max_inflight)
-        _check_positive(decode_threads=decode_threads, cache_budget_bytes=cache_budget_bytes)
+        check_keywords(url, store_kwargs, _keywords())
+        check_positive(batch_size=batch_size, prefetch_depth=prefetch_depth)
+        check_positive(block_chunks=block_chunks, max_inflight=max_inflight)
+        check_positive(decode_threads=decode_threads, cache_budget_bytes=cache_budget_bytes)
         if on_bad_chunk not in ("raise", "skip"):
             raise ValueError(f"on_bad_chunk must be 'raise' or 'skip', got {on_bad_chunk!r}")
         if not isinstance(shuffle, bool):
@@ -209,7 +201,7 @@ class InSituDataset:
         self.pool = ChunkPool(self.config.cache_budget_bytes)
         shared = None
         if self.config.cache_dir is not None:
-            identity = _identity(url, self.snapshot_id, self.geometries, chunk_transforms)
+            identity = identity_of(url, self.snapshot_id, self.geometries, chunk_transforms)
             shared = SharedChunks(self.config.cache_dir, identity, self.config.cache_budget_bytes)
         try:
             self._engine = Engine(
@@ -274,7 +266,7 @@ class InSituDataset:
         """Where every view stands (batches consumed this epoch) and the configuration
         that fixes the batch order, including the Icechunk snapshot read; JSON-serialisable."""
         return {
-            "version": _STATE_VERSION,
+            "version": STATE_VERSION,
             "epoch": self._epoch,
             "positions": dict(self._positions),
             "config": self._order_fields(),
@@ -288,28 +280,7 @@ class InSituDataset:
         the chute epoch-order revision, or the Icechunk snapshot: a branch that moved on
         since the state was saved would read other data).
         """
-        if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
-            version = state.get("version") if isinstance(state, Mapping) else None
-            raise ValueError(
-                f"not an InSituDataset state of version {_STATE_VERSION} (got version "
-                f"{version!r}; states of other versions order batches differently)"
-            )
-        saved, ours = state.get("config", {}), self._order_fields()
-        clashes = [
-            f"{k}: saved {saved.get(k)!r}, current {v!r}"
-            for k, v in ours.items()
-            if _jsonable(saved.get(k)) != _jsonable(v)
-        ]
-        if clashes:
-            hint = ""
-            if saved.get("snapshot_id") != ours["snapshot_id"] and saved.get("snapshot_id"):
-                hint = (
-                    "; to resume on the same data open "
-                    f"repo.readonly_session(snapshot_id={saved['snapshot_id']!r})"
-                )
-            raise ValueError(
-                "the state belongs to another batch order (" + "; ".join(clashes) + ")" + hint
-            )
+        check_state(state, self._order_fields())
         self._refuse_if_open("load_state_dict()")
         epoch = state.get("epoch")
         if isinstance(epoch, bool) or not isinstance(epoch, int):
@@ -326,19 +297,16 @@ class InSituDataset:
             self._positions[name] = pos
 
     def _order_fields(self) -> dict[str, Any]:
-        """What fixes the batch order of every pass: a state must match all of it."""
         c = self.config
-        manifest = json.dumps(self.manifest.to_dict(), sort_keys=True)
-        return {
-            "manifest": hashlib.sha256(manifest.encode()).hexdigest()[:16],
-            "seed": c.seed,
-            "batch_size": c.batch_size,
-            "block_chunks": c.block_chunks,
-            "shuffle": c.shuffle,
-            "shard": None if c.shard is None else list(c.shard),
-            "order_revision": _ORDER,
-            "snapshot_id": self.snapshot_id,
-        }
+        return order_fields(
+            self.manifest.to_dict(),
+            seed=c.seed,
+            batch_size=c.batch_size,
+            block_chunks=c.block_chunks,
+            shuffle=c.shuffle,
+            shard=c.shard,
+            snapshot_id=self.snapshot_id,
+        )
 
     def _refuse_if_open(self, what: str) -> None:
         if self._open:
@@ -634,70 +602,3 @@ class _Pass:
     def _release(self) -> None:
         if self._dataset._open.get(self.view) is self:
             del self._dataset._open[self.view]
-
-
-def _keywords() -> list[str]:
-    return [
-        n
-        for n, p in inspect.signature(InSituDataset.__init__).parameters.items()
-        if p.kind is p.KEYWORD_ONLY or (n != "self" and p.kind is p.POSITIONAL_OR_KEYWORD)
-    ]
-
-
-def _check_keywords(url: StoreLike, store_kwargs: Mapping[str, Any]) -> None:
-    """Every extra keyword must be a store option of ``url``: else a ``TypeError`` naming
-    it and the nearest valid keyword, before anything is opened or read."""
-    for key in store_kwargs:
-        if is_store_option(url, key):
-            continue
-        if key in _NOT_TAKEN:
-            raise TypeError(f"InSituDataset does not take insitubatch's {key}=: {_NOT_TAKEN[key]}")
-        valid = [*_keywords(), *sorted(store_options_for(url))]
-        near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        where = "" if store_options_for(url) else " (store options apply to s3:// URLs only)"
-        raise TypeError(f"InSituDataset got an unexpected keyword argument {key!r}{hint}{where}")
-
-
-def _identity(
-    url: StoreLike,
-    snapshot: str | None,
-    geometries: Mapping[str, ArrayGeometry],
-    transforms: Sequence[ChunkTransform],
-) -> str:
-    """What decides a slab's decoded bytes: processes agreeing on it share the on-disk pool.
-
-    A chunk transform is told apart by its ``repr``, so a dataclass transform (such as
-    :class:`StandardScaler`) is shared and a lambda (whose repr holds an address) is not.
-    """
-    if isinstance(url, (str, os.PathLike)):
-        text = os.fspath(url)
-        where = (
-            text
-            if "://" in text and not text.startswith("file://")
-            else os.path.abspath(text.removeprefix("file://"))
-        )
-    elif snapshot is not None:
-        where = f"icechunk:{snapshot}"
-    else:
-        where = str(url)
-    return json.dumps(
-        {
-            "store": where,
-            "geometries": {n: asdict(g) for n, g in sorted(geometries.items())},
-            "transforms": [repr(t) for t in transforms],
-        },
-        sort_keys=True,
-        default=str,
-    )
-
-
-def _jsonable(value: Any) -> Any:
-    """``value`` as it reads back from JSON (tuples become lists)."""
-    return json.loads(json.dumps(value))
-
-
-def _check_positive(**values: int | None) -> None:
-    for name, value in values.items():
-        if value is not None and (not isinstance(value, int) or value <= 0):
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
