@@ -78,6 +78,11 @@ class SplitView:
         hand out the same batches twice."""
         return self._dataset._start(self.name)
 
+    @property
+    def dataset(self) -> InSituDataset:
+        """The dataset this view belongs to."""
+        return self._dataset
+
     def __len__(self) -> int:
         """Batches in the current epoch's pass (including any already consumed)."""
         return self._dataset._plan(self.name).n_batches
@@ -437,6 +442,24 @@ class InSituDataset:
             "shared_hits": self._engine.shared_hits,
             "bad_chunks": self.bad_chunks,
         }
+
+    def batch_spec(self) -> dict[str, tuple[tuple[int | None, ...], np.dtype[Any]]]:
+        """``{key: (shape, dtype)}`` of the batches, ``None`` for the batch axis.
+
+        Found by running the chunk and batch transforms on empty arrays, so it holds
+        for transforms that change a dtype or add a key; a framework needs it up front
+        (``tf.data``'s ``output_signature``).
+        """
+        batch = Batch()
+        for name, g in self.geometries.items():
+            chunk = np.zeros((0, *g.sample_shape), dtype=g.dtype)
+            for t in self._engine.chunk_transforms:
+                chunk = t(name, chunk)
+            batch[name] = chunk
+        batch["sample_indices"] = np.zeros(0, dtype=np.int64)
+        for bt in self._engine.batch_transforms:
+            batch = Batch(bt(batch))
+        return {k: ((None, *np.shape(v)[1:]), np.asarray(v).dtype) for k, v in batch.items()}
 
     def print_summary(self) -> None:
         """Print ``describe()`` (what insitubatch's ``print_summary`` shows, as JSON)."""
