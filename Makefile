@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chute-installed
 
-.PHONY: test demo bench install clean
+.PHONY: test test-tf demo bench install clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/chute/_native/*.c src/chute/_native/*.h)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,6 +19,13 @@ test: $(STAMP)
 	$(BIN)/mypy src
 	$(BIN)/pytest -q
 
+# TensorFlow in an environment of its own: it cannot share a process with torch or JAX
+VENV_TF := .venv-tf
+test-tf:
+	test -x $(VENV_TF)/bin/python || $(PY) -m venv $(VENV_TF)
+	$(VENV_TF)/bin/pip install -q -e '.[tf]'
+	$(VENV_TF)/bin/pytest -q -p no:cacheprovider tests/insitu/test_tf.py
+
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
@@ -31,4 +38,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/insitu.py --s3 --plot
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info src/chute/_native/*.so
+	rm -rf $(VENV) $(VENV_TF) build src/*.egg-info src/chute/_native/*.so

@@ -277,7 +277,7 @@ class Engine:
         decodes queue behind those waits would deadlock.
         """
         assert self.shared is not None
-        delay = 0.001
+        delay = 0.0002
         while True:
             data = self.shared.load(slab.key)
             if data is not None:
@@ -292,7 +292,7 @@ class Engine:
                     return data, None
                 return None, lock
             await asyncio.sleep(delay)
-            delay = min(2 * delay, 0.05)
+            delay = min(2 * delay, 0.005)
 
     async def _read_slab(self, slab: Slab) -> np.ndarray | None:
         """The slab's stored chunks, samples on axis 0; ``None`` for a skipped bad chunk."""
