@@ -21,6 +21,16 @@ def as_torch(view: SplitView, device: Any = None) -> Any:
     decodes on its own threads (worker processes would each read the whole split, so
     they are refused). Tensors share the batch's memory through DLPack; with
     ``device`` they are then moved there. Each iteration is one pass over the view.
+
+    >>> import tempfile, numpy as np, zarr
+    >>> from torch.utils.data import DataLoader
+    >>> from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+    >>> path = tempfile.mkdtemp() + "/a.zarr"
+    >>> zarr.create_array(path, shape=(80, 3), chunks=(8, 3), dtype="f4")[:] = 1.0
+    >>> ds = InSituDataset(path, split_by_chunk(open_geometries(path)["a"]), batch_size=8)
+    >>> [b["a"].shape for b in DataLoader(as_torch(ds.val), batch_size=None)]
+    [torch.Size([8, 3])]
+    >>> ds.close()
     """
     from torch.utils.data import IterableDataset, get_worker_info
 

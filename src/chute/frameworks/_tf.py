@@ -20,7 +20,8 @@ def as_tf_dataset(view: SplitView, output_signature: Any = None) -> Any:
 
     The ``output_signature`` (a ``tf.TensorSpec`` per key, the batch axis ``None``, so the
     short last batch fits) comes from ``view.dataset.batch_spec()`` unless given. Each
-    iteration of the dataset is one pass over the view.
+    iteration of the dataset is one pass over the view. (Example and test in
+    ``tests/insitu/test_tf.py``, run by ``make test-tf``: TensorFlow lives apart.)
     """
     import tensorflow as tf
 
