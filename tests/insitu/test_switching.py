@@ -73,6 +73,17 @@ def test_s3_store_options_are_checked_too(tmp_path: Path) -> None:
         InSituDataset(tmp_path / "absent.zarr", tmp_path / "absent.json", persist=True)
 
 
+def test_open_geometries_and_fit_check_their_keywords_too(tmp_path: Path) -> None:
+    from chute.insitu import StandardScaler
+
+    with pytest.raises(TypeError, match="did you mean 'sample_axis'"):
+        open_geometries(tmp_path / "absent.zarr", sample_axsi=1)
+    with pytest.raises(TypeError, match="did you mean 'region'"):
+        open_geometries("s3://bucket/a.zarr", regoin="x")
+    with pytest.raises(TypeError, match="did you mean 'n_chunks'"):
+        StandardScaler.fit(tmp_path / "absent.zarr", None, n_chunk=3)
+
+
 def test_shuffle_false_gives_train_in_chunk_order(archive: Path) -> None:
     with InSituDataset(archive, manifest_of(archive), batch_size=8, shuffle=False) as ds:
         order = np.concatenate([b.sample_indices for b in ds.train])

@@ -11,7 +11,7 @@ import zarr
 from zarr.abc.store import Store
 
 from ._aio import run_sync
-from ._store import StoreLike, open_store, store_name
+from ._store import StoreLike, check_store_options, open_store, store_name
 
 
 @dataclass(frozen=True)
@@ -191,5 +191,6 @@ def open_geometries(
     ``{"t2m": ...}``). Zarr v2 arrays are read too. Only metadata is read.
     """
     _check_axis(sample_axis)
+    check_store_options(url, store_kwargs, "open_geometries", ["variables", "sample_axis"])
     store = open_store(url, **store_kwargs)
     return run_sync(_open_geometries(store, variables, sample_axis, store_name(url)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -10,7 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ._geometry import ArrayGeometry
-from ._store import StoreLike, is_store_option, store_options_for
+from ._store import StoreLike, check_store_options, is_store_option
 from ._transforms import ChunkTransform
 
 # insitubatch options chute does not take, and why (an error says so instead of "unknown")
@@ -27,15 +26,9 @@ def check_keywords(
     """Every extra keyword must be a store option of ``url``: else a ``TypeError`` naming
     it and the nearest valid keyword, before anything is opened or read."""
     for key in store_kwargs:
-        if is_store_option(url, key):
-            continue
-        if key in NOT_TAKEN:
+        if key in NOT_TAKEN and not is_store_option(url, key):
             raise TypeError(f"InSituDataset does not take insitubatch's {key}=: {NOT_TAKEN[key]}")
-        valid = [*keywords, *sorted(store_options_for(url))]
-        near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        where = "" if store_options_for(url) else " (store options apply to s3:// URLs only)"
-        raise TypeError(f"InSituDataset got an unexpected keyword argument {key!r}{hint}{where}")
+    check_store_options(url, store_kwargs, "InSituDataset", keywords)
 
 
 def identity_of(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
@@ -40,6 +42,21 @@ def is_store_option(url: StoreLike, key: str) -> bool:
     known = store_options_for(url)
     low = key.lower()
     return low in known or (low.startswith("aws_") and low[4:] in known)
+
+
+def check_store_options(
+    url: StoreLike, options: Mapping[str, Any], owner: str, keywords: Sequence[str] = ()
+) -> None:
+    """A ``TypeError`` for the first of ``options`` that is no store option of ``url``,
+    naming the nearest of ``keywords`` and the store options (checked before any I/O)."""
+    for key in options:
+        if is_store_option(url, key):
+            continue
+        valid = [*keywords, *sorted(store_options_for(url))]
+        near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        where = "" if store_options_for(url) else " (store options apply to s3:// URLs only)"
+        raise TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint}{where}")
 
 
 def session_of(url: StoreLike) -> Any | None:

@@ -112,8 +112,10 @@ class StandardScaler:
         import zarr
 
         from ._geometry import open_geometries
-        from ._store import open_store
+        from ._store import check_store_options, open_store
 
+        names = ["variables", "n_chunks", "split", "seed"]
+        check_store_options(url, store_kwargs, "StandardScaler.fit", names)
         store = open_store(url, **store_kwargs)
         geoms = open_geometries(store, variables)
         ids = manifest.chunk_ids(split)
