@@ -34,5 +34,8 @@ def test_as_tf_dataset_yields_the_view_with_a_correct_signature(archive: Path) -
                 np.testing.assert_array_equal(b["y"].numpy(), idx.astype(np.float32))
                 seen.extend(idx.tolist())
             assert sorted(seen) == m.sample_indices("train").tolist()
+        assert len(list(tfds.take(2))) == 2  # a pass left early frees the view again
+        ds.set_epoch(0)
+        assert sum(len(b["y"]) for b in tfds) == len(m.sample_indices("train"))
         last = list(as_tf_dataset(ds.val))[-1]  # a short last batch fits the signature too
         assert last["x"].shape[0] == (len(m.sample_indices("val")) % 16 or 16)
