@@ -8,6 +8,7 @@ import json
 import math
 import os
 import queue
+import threading
 import time
 import weakref
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -176,6 +177,7 @@ class InSituDataset:
         self._epoch = 0
         self._positions: dict[str, int] = dict.fromkeys(VIEWS, 0)
         self._open: weakref.WeakValueDictionary[str, _Pass] = weakref.WeakValueDictionary()
+        self._opening = threading.Lock()
         self._plans: dict[tuple[str, int], PassPlan] = {}
         self._consumer_wait = 0.0
         self._consumer_wall = 0.0
@@ -388,15 +390,17 @@ class InSituDataset:
     def _start(self, view: str) -> _Pass:
         if self._engine.closed:
             raise RuntimeError("this InSituDataset is closed")
-        if view in self._open:
-            raise RuntimeError(
-                f"ds.{view} is already being iterated ({self._positions[view]} batches handed "
-                "out): a second iterator would repeat its batches. Finish the first pass, or "
-                "close() its iterator, then iterate again to continue after its last batch"
-            )
-        it = _Pass(self, view)
-        self._open[view] = it
-        return it
+        with self._opening:  # two threads starting the same view: one of them raises
+            if view in self._open:
+                raise RuntimeError(
+                    f"ds.{view} is already being iterated ({self._positions[view]} batches "
+                    "handed out): a second iterator would repeat its batches. Finish the first "
+                    "pass, or close() its iterator, then iterate again to continue after its "
+                    "last batch"
+                )
+            it = _Pass(self, view)
+            self._open[view] = it
+            return it
 
     def _iterate(self, view: str) -> Generator[Batch, None, None]:
         full = self._plan(view)
