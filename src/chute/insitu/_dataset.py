@@ -23,6 +23,7 @@ from ._geometry import ArrayGeometry, read_geometries
 from ._options import check_keywords, check_positive, identity_of
 from ._plan import OrderSpec, SlabUse, sample_order, slab_use, working_set
 from ._pool import ChunkPool
+from ._report import limiting_stage
 from ._scheduler import END, Engine, PassPlan
 from ._shared import SharedChunks
 from ._split import SplitManifest
@@ -505,34 +506,9 @@ class InSituDataset:
         }
 
     def _limiting_stage(self) -> tuple[str, str]:
-        """The stage that limits throughput, read from measured waits along the chain.
-
-        The consumer waiting for batches means the batch pass feeding it is the limit.
-        The pass itself waits for room in the pool, for the slabs of its next batch, or
-        is busy assembling; slabs in turn spend their time being fetched or decoded
-        (including waiting for a decode thread). The largest share at each step decides.
-        """
-        wall = self._consumer_wall
-        if wall <= 0:
-            return "unknown", "no pass has run yet; iterate a view, then describe() again"
-        t = self._engine.times
-        waiting = self._consumer_wait / wall
-        head = f"the consumer waited {waiting:.0%} of the time"
-        if waiting < 0.1:
-            return "consumer", f"{head}: the loader keeps up, the training step is the limit"
-        feed = {"pool": t.admit_wait, "slabs": t.slab_wait, "transform+assemble": t.gather}
-        spent = sum(feed.values()) or 1.0
-        shares = ", ".join(f"{k} {v / spent:.0%}" for k, v in feed.items())
-        why = f"{head}; the batch pass spent its time on: {shares}"
-        top = max(feed, key=lambda k: feed[k])
-        if top != "slabs":
-            return top, why
-        slab = {"fetch": self.store.seconds, "decode": t.decode + t.queue + t.transform}
-        detail = (
-            f"; slab time: fetch {slab['fetch']:.2f} s, decode {t.decode:.2f} s, waiting "
-            f"for a decode thread {t.queue:.2f} s, chunk transforms {t.transform:.2f} s"
+        return limiting_stage(
+            self._consumer_wait, self._consumer_wall, self._engine.times, self.store.seconds
         )
-        return max(slab, key=lambda k: slab[k]), why + detail
 
     def close(self) -> None:
         """Stop the engine and release the pool."""
