@@ -76,6 +76,10 @@ def test_the_resume_state_pins_the_snapshot(tmp_path: Path) -> None:
     ) as same:
         same.load_state_dict(state)
         assert batches(same) == full[4:]  # the same data as before the new commit
+    repo.create_tag("v1", snapshot_id=first)
+    with InSituDataset(repo.readonly_session(tag="v1"), m, batch_size=8, block_chunks=3) as tag:
+        tag.load_state_dict(state)  # a tag at the saved snapshot reads the same data too
+        assert batches(tag) == full[4:]
 
 
 def test_a_writable_session_is_refused(tmp_path: Path) -> None:
