@@ -7,7 +7,7 @@ event loop under one read budget, and share one decoded-chunk pool between split
 from chute.errors import BadChunkError
 
 from ._dataset import InSituConfig, InSituDataset, SplitView
-from ._geometry import ArrayGeometry, open_geometries
+from ._geometry import ArrayGeometry, open_geometries, valid_anchor_range
 from ._pool import ChunkPool, PoolStats
 from ._split import SplitManifest, split_by_chunk
 from ._transforms import Batch, BatchTransform, ChunkTransform, StandardScaler
@@ -27,4 +27,5 @@ __all__ = [
     "StandardScaler",
     "open_geometries",
     "split_by_chunk",
+    "valid_anchor_range",
 ]

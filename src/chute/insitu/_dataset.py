@@ -19,7 +19,7 @@ import numpy as np
 
 from chute._sharding import Shard, resolve_shard
 
-from ._geometry import ArrayGeometry, read_geometries
+from ._geometry import ArrayGeometry, read_geometries, valid_anchor_range
 from ._options import check_keywords, check_positive, identity_of
 from ._plan import OrderSpec, SlabUse, sample_order, slab_use, working_set
 from ._pool import ChunkPool
@@ -314,6 +314,7 @@ class InSituDataset:
             shuffle=c.shuffle,
             shard=c.shard,
             snapshot_id=self.snapshot_id,
+            offsets={n: g.offset for n, g in self.geometries.items() if g.offset},
         )
 
     def _refuse_if_open(self, what: str) -> None:
@@ -332,17 +333,28 @@ class InSituDataset:
             c, m = self.config, self.manifest
             lead = math.ceil(c.batch_size / m.sample_chunk_size)
             shuffled = view == "train" and c.shuffle
-            spec = OrderSpec(shuffled, c.seed, self._epoch, c.block_chunks, c.shard, lead)
+            spec = OrderSpec(
+                shuffled, c.seed, self._epoch, c.block_chunks, c.shard, lead, self._anchors()
+            )
             order = sample_order(m.chunk_ids(view), m.sample_chunk_size, m.n_samples, spec)
             plan = PassPlan(order=order, batch_size=c.batch_size, uses=self._uses(order, 0))
             self._plans = {k: p for k, p in self._plans.items() if k[1] == self._epoch}
             self._plans[key] = plan
         return plan
 
+    def _anchors(self) -> tuple[int, int] | None:
+        """The samples a pass may draw when windowed views would read past an edge."""
+        offsets = [g.offset for g in self.geometries.values()]
+        if not any(offsets):
+            return None
+        return valid_anchor_range(offsets, self.manifest.n_samples)
+
     def _uses(self, order: np.ndarray, start: int) -> dict[str, SlabUse]:
         b = self.config.batch_size
         return {
-            name: slab_use(order, b, g.sample_chunk_size, g.n_samples, g.sample_nbytes, start)
+            name: slab_use(
+                order + g.offset, b, g.sample_chunk_size, g.n_samples, g.sample_nbytes, start
+            )
             for name, g in self.geometries.items()
         }
 
@@ -373,7 +385,7 @@ class InSituDataset:
         windows = math.ceil(c.batch_size / (c.block_chunks * size)) + 1 + short
         tiled = shared = 0
         for name, g in self.geometries.items():
-            if size % g.sample_chunk_size == 0:
+            if size % g.sample_chunk_size == 0 and g.offset == 0:
                 tiled += size // g.sample_chunk_size * g.slab_nbytes
             else:
                 shared += int(plan.uses[name].nbytes.sum())

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,8 +22,11 @@ class ArrayGeometry:
     ``chunks`` is the chunk shape zarr decodes; ``shards`` the shard shape of a sharded
     array (else ``None``). The stored object the loader fetches is the shard when there
     is one, else the chunk: ``stored_chunks``. insitubatch's attribute names
-    (``inner_shape``, ``inner_chunks``, ``chunk_bytes``, ``offset``, ``chunk_of``,
-    ``samples_in_chunk``) read the same facts.
+    (``inner_shape``, ``inner_chunks``, ``chunk_bytes``, ``chunk_of``,
+    ``samples_in_chunk``) read the same facts. ``offset`` makes a *windowed view*: under a
+    batch's anchor sample ``t`` the variable is read at ``t + offset`` (``g.shift(1)`` is
+    the next step of ``g``, e.g. a forecast target); anchors whose reads would leave the
+    array are not drawn (``valid_anchor_range``).
 
     >>> g = ArrayGeometry("t2m", shape=(20, 3, 4), chunks=(8, 3, 4), dtype="<f4")
     >>> g.n_chunks, g.inner_shape, g.chunk_bytes, g.samples_in_chunk(2)
@@ -35,8 +39,11 @@ class ArrayGeometry:
     dtype: str
     sample_axis: int = 0
     shards: tuple[int, ...] | None = None
+    offset: int = 0
 
     def __post_init__(self) -> None:
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int):
+            raise TypeError(f"{self.path!r}: offset must be an int, got {self.offset!r}")
         if not 0 <= self.sample_axis < len(self.shape):
             raise ValueError(
                 f"{self.path!r}: sample_axis={self.sample_axis} outside its {len(self.shape)} axes"
@@ -79,10 +86,10 @@ class ArrayGeometry:
 
     # -- insitubatch's names for the same facts ----------------------------------------
 
-    @property
-    def offset(self) -> int:
-        """Sample-axis read offset: always 0 (chute reads no windowed views)."""
-        return 0
+    def shift(self, by: int) -> ArrayGeometry:
+        """A windowed view of the same array read ``by`` samples further along: under a
+        batch's anchor sample ``t`` it yields sample ``t + offset + by``."""
+        return replace(self, offset=self.offset + by)
 
     @property
     def inner_shape(self) -> tuple[int, ...]:
@@ -122,6 +129,19 @@ class ArrayGeometry:
             if i != self.sample_axis
         ]
         return math.prod(per_axis)
+
+
+def valid_anchor_range(offsets: Iterable[int], n_samples: int) -> tuple[int, int]:
+    """Half-open ``(lo, hi)`` of the anchors ``t`` whose every read ``t + offset`` lies in
+    ``[0, n_samples)``; empty (``lo == hi``) when the offsets span the whole array.
+
+    >>> valid_anchor_range([-1, 0, 1], 10)
+    (1, 9)
+    """
+    offs = [int(o) for o in offsets] or [0]
+    lo = max(0, -min(offs))
+    hi = max(lo, min(n_samples, n_samples - max(offs)))
+    return lo, hi
 
 
 def geometry_of(array: Any, sample_axis: int) -> ArrayGeometry:

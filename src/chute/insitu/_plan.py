@@ -39,6 +39,7 @@ class OrderSpec:
     block_chunks: int
     shard: tuple[int, int] | None = None
     lead_chunks: int = 0  # chunks of the first window that the first batch draws from
+    anchors: tuple[int, int] | None = None  # the samples that may be drawn (windowed views)
 
 
 def sample_order(
@@ -51,22 +52,33 @@ def sample_order(
     two parts, its first ``lead_chunks`` chunks ahead of the rest, so the first batch
     waits for those chunks only, not for the whole window. With ``shard=(index, count)`` each
     rank takes every ``count``-th chunk of that permutation (disjoint chunk sets) and
-    every rank's pass is cut to the shortest rank's length (equal batch counts).
+    every rank's pass is cut to the shortest rank's length (equal batch counts). With
+    ``anchors=(lo, hi)`` only samples in ``[lo, hi)`` are drawn.
     """
+    lo, hi = spec.anchors if spec.anchors is not None else (0, n_samples)
+
+    def drawn(ids: np.ndarray) -> np.ndarray:  # samples each chunk contributes
+        starts = ids * chunk_size
+        ends = np.minimum(starts + chunk_size, n_samples)
+        counts: np.ndarray = np.clip(np.minimum(ends, hi) - np.maximum(starts, lo), 0, None)
+        return counts
+
     chunks = np.asarray(chunk_ids, np.int64)
     if spec.shuffle:
         chunks = chunks[permutation(len(chunks), spec.seed, "chunks", spec.epoch)]
     if spec.shard is not None:
         index, count = spec.shard
-        lengths = np.clip(n_samples - chunks * chunk_size, 0, chunk_size)
+        lengths = drawn(chunks)
         per_rank = [int(lengths[r::count].sum()) for r in range(count)]
         keep = min(per_rank)
         chunks = chunks[index::count]
     else:
         keep = None
     order = chunk_samples(chunks, chunk_size, n_samples)
+    if spec.anchors is not None:
+        order = order[(order >= lo) & (order < hi)]  # chunk by chunk, as before
     if spec.shuffle and len(order):
-        lengths = np.clip(n_samples - chunks * chunk_size, 0, chunk_size)
+        lengths = drawn(chunks)
         position = np.arange(len(chunks))
         window = position // spec.block_chunks
         # two groups per window (the first window's lead chunks, the rest); order kept

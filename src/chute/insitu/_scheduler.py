@@ -376,7 +376,7 @@ class Engine:
                 needed = [
                     progress.slabs[(name, int(s))]
                     for name, g in self.geometries.items()
-                    for s in np.unique(idx // g.sample_chunk_size)
+                    for s in np.unique((idx + g.offset) // g.sample_chunk_size)
                 ]
                 waited = time.perf_counter()
                 for slab in needed:
@@ -446,7 +446,11 @@ class Engine:
         """Gather one batch; samples are grouped by slab so each group is one ``take``."""
         start = time.perf_counter()
         names = list(self.geometries)
-        slab_ids = [idx // self.geometries[n].sample_chunk_size for n in names]
+        shifts = [self.geometries[n].offset for n in names]  # windowed views read idx + offset
+        slab_ids = [
+            (idx + d) // self.geometries[n].sample_chunk_size
+            for n, d in zip(names, shifts, strict=True)
+        ]
         if self.bad_chunks:
             keep = np.ones(len(idx), dtype=bool)
             for n, ids in zip(names, slab_ids, strict=True):
@@ -458,10 +462,10 @@ class Engine:
         grouping = np.lexsort(slab_ids[::-1]) if names else np.arange(len(idx))
         idx = idx[grouping]
         batch = Batch()
-        for n, ids in zip(names, slab_ids, strict=True):
+        for n, d, ids in zip(names, shifts, slab_ids, strict=True):
             g = self.geometries[n]
             ids = ids[grouping]
-            offs = idx - ids * g.sample_chunk_size
+            offs = idx + d - ids * g.sample_chunk_size
             first = slabs[(n, int(ids[0]))].data if len(ids) else None
             dtype = first.dtype if first is not None else np.dtype(g.dtype)
             out = self._outputs.empty((len(idx), *g.sample_shape), dtype)
@@ -477,9 +481,12 @@ class Engine:
                 np.take(data, offs[lo:hi], axis=0, out=out[lo:hi], mode="clip")
             batch[n] = out
         batch["sample_indices"] = idx
+        offsets = {n: d for n, d in zip(names, shifts, strict=True) if d}
+        batch.read_offsets = offsets
         for t in self.batch_transforms:
             changed = t(batch)
             batch = changed if isinstance(changed, Batch) else Batch(changed)
+            batch.read_offsets = offsets
         self.times.add("gather", time.perf_counter() - start)
         return batch
 

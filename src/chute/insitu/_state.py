@@ -20,6 +20,7 @@ def order_fields(
     shuffle: bool,
     shard: tuple[int, int] | None,
     snapshot_id: str | None,
+    offsets: Mapping[str, int],
 ) -> dict[str, Any]:
     """Everything that fixes the batch order of every pass (JSON types only)."""
     text = json.dumps(manifest, sort_keys=True)
@@ -32,6 +33,7 @@ def order_fields(
         "shard": None if shard is None else list(shard),
         "order_revision": ORDER_REVISION,
         "snapshot_id": snapshot_id,
+        "offsets": dict(sorted(offsets.items())),
     }
 
 

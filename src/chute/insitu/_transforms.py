@@ -18,7 +18,8 @@ class Batch(dict[str, np.ndarray]):
 
     It is a plain dict (``batch["t2m"]``, iteration over its keys) that also reads as
     insitubatch's batch: ``batch.arrays`` (the variables only), ``batch.sample_indices``,
-    ``batch.offsets`` (all 0: no windowed views) and ``batch.stack(labels)``.
+    ``batch.offsets`` (each variable's sample-axis read offset: 0 but for windowed
+    views), ``batch.read_indices(label)`` and ``batch.stack(labels)``.
 
     >>> b = Batch(t2m=np.zeros((2, 3)), sample_indices=np.array([4, 7]))
     >>> sorted(b), list(b.arrays), b.sample_indices.tolist()
@@ -35,16 +36,20 @@ class Batch(dict[str, np.ndarray]):
         """Position of each row along the stored sample axis."""
         return self[SAMPLE_INDICES]
 
+    read_offsets: Mapping[str, int] = {}
+    """Read offsets of the windowed variables (the others read at offset 0)."""
+
     @property
     def offsets(self) -> dict[str, int]:
-        """Sample-axis read offset of each variable: 0, as chute reads no windowed views."""
-        return dict.fromkeys(self.arrays, 0)
+        """Sample-axis read offset of each variable: row ``i`` of ``v`` is sample
+        ``sample_indices[i] + offsets[v]`` (0 except for windowed views)."""
+        return {k: int(self.read_offsets.get(k, 0)) for k in self.arrays}
 
     def read_indices(self, label: str) -> np.ndarray:
         """The sample each row of ``label`` was read from (``sample_indices`` + offset)."""
         if label not in self.arrays:
             raise KeyError(f"no variable {label!r} in this batch (has {sorted(self.arrays)})")
-        return self.sample_indices
+        return self.sample_indices + self.read_offsets.get(label, 0)
 
     def stack(self, labels: Sequence[str], axis: int = 1) -> np.ndarray:
         """The ``labels``' arrays stacked along a new ``axis``, in the order given."""
