@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from chute.insitu import (
     ArrayGeometry,
@@ -81,3 +83,43 @@ def test_the_state_records_the_offsets(archive: Path) -> None:
         pytest.raises(ValueError, match="offsets: saved"),
     ):
         other.load_state_dict(state)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    shift=st.integers(-13, 13),
+    batch=st.integers(1, 30),
+    block=st.integers(1, 6),
+    slack=st.integers(0, 20),
+)
+def test_windowed_passes_keep_any_accepted_budget(
+    tmp_path_factory: object, shift: int, batch: int, block: int, slack: int
+) -> None:
+    path = Path(tmp_path_factory.mktemp("wbudget")) / "b.zarr"  # type: ignore[attr-defined]
+    zarr.create_array(str(path), shape=(120,), chunks=(6,), dtype="i8")[:] = np.arange(120)
+    (g,) = open_geometries(path).values()
+    geoms = {"now": g, "later": g.shift(shift)}
+    m = split_by_chunk(g, (0.7, 0.2, 0.1))
+    budget = (slack + 1) * 2 * g.slab_nbytes
+    try:
+        ds = InSituDataset(
+            path, m, geoms, batch_size=batch, block_chunks=block, cache_budget_bytes=budget
+        )
+    except ValueError as exc:
+        assert "cache_budget_bytes" in str(exc)
+        return
+    lo, hi = valid_anchor_range([0, shift], 120)
+    with ds:
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            for view in ("train", "val"):
+                seen = []
+                for b in getattr(ds, view):
+                    np.testing.assert_array_equal(b["now"], b.sample_indices)
+                    np.testing.assert_array_equal(b["later"], b.sample_indices + shift)
+                    seen.extend(b.sample_indices.tolist())
+                expected = [i for i in m.sample_indices(view).tolist() if lo <= i < hi]
+                assert sorted(seen) == expected
+        assert ds.stats()["peak_bytes"] <= budget
