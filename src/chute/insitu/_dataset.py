@@ -507,6 +507,7 @@ class InSituDataset:
                 for name, g in self.geometries.items()
             },
             "config": asdict(c),
+            "snapshot_id": self.snapshot_id,
             "splits": {
                 v: {"samples": len(self._plan(v).order), "batches": self._plan(v).n_batches}
                 for v in VIEWS
