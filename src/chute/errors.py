@@ -11,8 +11,11 @@ __all__ = [
     "ChecksumError",
     "ChuteError",
     "CorruptStoreError",
+    "IncompleteDatasetError",
+    "PlotError",
     "RecordIndexError",
     "RunLockedError",
+    "RunNotFoundError",
     "SchemaMismatchError",
     "StoreClosedError",
     "StoreError",
@@ -58,6 +61,10 @@ class ChecksumError(CorruptStoreError):
     """A record decoded cleanly but its bytes differ from the CRC-32C written with it."""
 
 
+class IncompleteDatasetError(CorruptStoreError):
+    """A sharded dataset whose write has not finished: shards on disk but no manifest yet."""
+
+
 class StoreKindError(StoreError, ValueError):
     """The store holds the other kind of records: fixed-shape for `RaggedDataset`, or
     variable-length for `Dataset` (a ValueError, as in loaderx)."""
@@ -87,3 +94,12 @@ class BadChunkError(ChuteError, RuntimeError):
     def __init__(self, key: str, cause: BaseException) -> None:
         super().__init__(f"bad chunk {key!r}: {type(cause).__name__}: {cause}")
         self.key = key
+
+
+class PlotError(ChuteError, ValueError):
+    """A curve cannot be drawn as asked: a text metric, a missing metric or x axis, an x
+    that does not increase, a smoothing factor out of range, or an unwritable image type."""
+
+
+class RunNotFoundError(ChuteError, FileNotFoundError):
+    """No metric run, and no folder to search for runs, at the given path."""
