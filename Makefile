@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chute-installed
 
-.PHONY: test test-asan demo bench install clean
+.PHONY: test test-asan test-tf demo bench install clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard src/chute/_native/*.c src/chute/_native/*.h)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,6 +46,13 @@ test-asan: $(STAMP)
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  $(BIN)/python -m pytest -q -p no:cacheprovider -k "not loaderx" $(ASAN_TESTS)
 
+# TensorFlow in an environment of its own: it cannot share a process with torch or JAX
+VENV_TF := .venv-tf
+test-tf:
+	test -x $(VENV_TF)/bin/python || $(PY) -m venv $(VENV_TF)
+	$(VENV_TF)/bin/pip install -q -e '.[tf]'
+	$(VENV_TF)/bin/pytest -q -p no:cacheprovider tests/insitu/test_tf.py
+
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
@@ -58,4 +65,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/insitu.py --s3 --plot
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info src/chute/_native/*.so
+	rm -rf $(VENV) $(VENV_TF) build src/*.egg-info src/chute/_native/*.so

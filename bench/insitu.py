@@ -7,8 +7,14 @@ insitubatch's defaults, since the machines here are shared and noisy. insitubatc
 Python 3.12: it runs from a venv under bench/data/ that this script makes if missing.
 
     python bench/insitu.py [--reps 3] [--s3] [--plot]
+    python bench/insitu.py --tiny --only-new   # a smoke run of the chute-only rows
 
-Writes bench/results/insitu.md (and insitu.png with --plot).
+Besides the engine comparison it measures chute alone: an Icechunk repository of the same
+data against the plain Zarr archive, two processes reading the archive at once with and
+without a shared ``cache_dir`` (decodes counted, throughput), and the time to first batch
+from a cold start (opening the archive included).
+
+Writes bench/results/insitu.md (and insitu.png with --plot); --tiny writes nothing there.
 """
 
 from __future__ import annotations
@@ -33,11 +39,13 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent
-DATA = ROOT / "data" / "insitu"
+TINY = os.environ.get("CHUTE_BENCH_TINY") == "1"  # set by --tiny, seen by the workers too
+DATA = ROOT / "data" / ("insitu-tiny" if TINY else "insitu")
 ARCHIVE = DATA / "era5.zarr"
-PEER_VENV = DATA / "venv-insitubatch"
+ICECHUNK = DATA / "era5.icechunk"
+PEER_VENV = ROOT / "data" / "insitu" / "venv-insitubatch"
 RESULTS = ROOT / "results"
-SHAPE, CHUNKS = (2000, 181, 360), (8, 181, 360)
+SHAPE, CHUNKS = ((160, 18, 36), (8, 18, 36)) if TINY else ((2000, 181, 360), (8, 181, 360))
 BATCH = 32
 CAPPED = 256  # samples per epoch for the per-sample engines (they are 10x slower)
 S3_OPTIONS = {
@@ -64,7 +72,27 @@ def make_archive() -> None:
     )
     rng = np.random.default_rng(0)
     for start in range(0, SHAPE[0], 200):
-        arr[start : start + 200] = rng.standard_normal((200, *SHAPE[1:]), dtype=np.float32)
+        rows = min(200, SHAPE[0] - start)
+        arr[start : start + rows] = rng.standard_normal((rows, *SHAPE[1:]), dtype=np.float32)
+
+
+def make_icechunk() -> None:
+    """The same array, chunks and codec, committed to a local Icechunk repository."""
+    if ICECHUNK.exists():
+        return
+    import icechunk
+    import zarr
+
+    src = zarr.open_array(str(ARCHIVE), path="t2m", mode="r")
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(ICECHUNK)))
+    session = repo.writable_session("main")
+    root = zarr.open_group(session.store, mode="w")
+    arr = root.create_array(
+        "t2m", shape=src.shape, chunks=src.chunks, dtype=src.dtype, compressors=src.compressors
+    )
+    for start in range(0, SHAPE[0], 200):
+        arr[start : start + 200] = src[start : start + 200]
+    session.commit("the benchmark archive")
 
 
 def peer_python() -> Path:
@@ -127,9 +155,12 @@ def cpu_seconds() -> float:
     return float(t.user + t.system + t.children_user + t.children_system)
 
 
-def measure(epochs: Callable[[int], Iterator[np.ndarray]], n_epochs: int = 2) -> dict[str, Any]:
+def measure(
+    epochs: Callable[[int], Iterator[np.ndarray]], n_epochs: int = 2, cold: float | None = None
+) -> dict[str, Any]:
     """MB/s per epoch, MB per CPU-second (insensitive to other load on the machine) and
-    time to the first batch of epoch 0, from a batch generator."""
+    time to the first batch of epoch 0, from a batch generator; with ``cold`` (when the
+    worker began opening the archive) also the time from then to the first batch."""
     out: dict[str, Any] = {}
     for epoch in range(n_epochs):
         start, cpu = time.perf_counter(), cpu_seconds()
@@ -142,25 +173,53 @@ def measure(epochs: Callable[[int], Iterator[np.ndarray]], n_epochs: int = 2) ->
         out[f"epoch{epoch}_mbps"] = nbytes / elapsed / 1e6
         if epoch == 0:
             out["first_batch_ms"] = (first or 0.0) * 1e3
+            if cold is not None:
+                out["ttfb_cold_ms"] = (start + (first or 0.0) - cold) * 1e3
             out["epoch0_mb_per_cpu_s"] = nbytes / max(cpu_seconds() - cpu, 1e-9) / 1e6
     return out
 
 
+def _wait_for_peers(sync: Path, kind: str, peers: int) -> None:
+    (sync / f"{kind}-{os.getpid()}").touch()
+    deadline = time.monotonic() + 600
+    while len(list(sync.glob(f"{kind}-*"))) < peers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"peers did not reach {kind!r}")
+        time.sleep(0.005)
+
+
 def worker_chute(url: str, options: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
+    """chute on ``url`` (``icechunk:PATH`` opens a repository's main branch read-only);
+    ``_sync``/``_peers`` in ``kw`` line this process up with others reading at once."""
     from chute.insitu import InSituDataset, open_geometries, split_by_chunk
 
-    geoms = open_geometries(url, ["t2m"], **options)
+    cold = time.perf_counter()  # imports done: the cold start opens the archive
+    sync = kw.pop("_sync", None)
+    peers = int(kw.pop("_peers", 1))
+    source: Any = url
+    if url.startswith("icechunk:"):
+        import icechunk
+
+        storage = icechunk.local_filesystem_storage(url.removeprefix("icechunk:"))
+        source = icechunk.Repository.open(storage).readonly_session("main")
+    geoms = open_geometries(source, ["t2m"], **options)
     manifest = split_by_chunk(geoms["t2m"], (0.8, 0.1, 0.1))
-    ds = InSituDataset(url, manifest, geoms, batch_size=BATCH, **kw, **options)
+    ds = InSituDataset(source, manifest, geoms, batch_size=BATCH, **kw, **options)
+    if sync is not None:
+        _wait_for_peers(Path(sync), "ready", peers)
+        cold = time.perf_counter()
 
     def epochs(epoch: int) -> Iterator[np.ndarray]:
         ds.set_epoch(epoch)
         return (b["t2m"] for b in ds.train)
 
-    result = measure(epochs)
+    result = measure(epochs, cold=cold)
+    if sync is not None:
+        _wait_for_peers(Path(sync), "done", peers)  # nobody leaves the shared pool early
     info = ds.describe()
     result["limiting_stage"] = info["limiting_stage"]
     result["config"] = {k: info["config"][k] for k in ("max_inflight", "block_chunks")}
+    result["decodes"] = info["stats"]["decodes"]
     ds.close()
     return result
 
@@ -168,6 +227,8 @@ def worker_chute(url: str, options: dict[str, Any], kw: dict[str, Any]) -> dict[
 def worker_insitubatch(url: str, options: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
     import insitubatch
     from insitubatch.source import InSituDataset
+
+    cold = time.perf_counter()
 
     if "://" not in url:
         url = Path(url).absolute().as_uri()
@@ -180,7 +241,7 @@ def worker_insitubatch(url: str, options: dict[str, Any], kw: dict[str, Any]) ->
         ds.set_epoch(epoch)
         return (b.arrays["t2m"] for b in ds.train)
 
-    result = measure(epochs)
+    result = measure(epochs, cold=cold)
     ds.close()
     return result
 
@@ -260,19 +321,49 @@ def worker_main(engine: str, url: str, options: str, kw: str) -> None:
 # -- the driver -----------------------------------------------------------------------------------
 
 
-def run_engine(
-    engine: str, url: str, options: dict[str, Any] | None = None, kw: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def _start_engine(
+    engine: str, url: str, options: dict[str, Any] | None, kw: dict[str, Any] | None
+) -> subprocess.Popen[str]:
     python = str(peer_python()) if engine == "insitubatch" else sys.executable
     args = [engine, url, json.dumps(options or {}), json.dumps(kw or {})]
     cmd = [python, __file__, "--worker", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    for line in proc.stdout.splitlines():
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _result_of(proc: subprocess.Popen[str], what: str) -> dict[str, Any]:
+    stdout, stderr = proc.communicate(timeout=900)
+    for line in stdout.splitlines():
         if line.startswith("RESULT "):
             result: dict[str, Any] = json.loads(line[7:])
             return result
-    raise RuntimeError(f"{engine} {kw} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    raise RuntimeError(f"{what} failed:\n{stdout[-2000:]}\n{stderr[-4000:]}")
+
+
+def run_engine(
+    engine: str, url: str, options: dict[str, Any] | None = None, kw: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return _result_of(_start_engine(engine, url, options, kw), f"{engine} {kw}")
+
+
+def run_pair(url: str, cache_dir: Path | None) -> dict[str, Any]:
+    """Two chute processes reading ``url`` at the same time, with or without a shared
+    ``cache_dir``: decodes summed, throughput as all bytes over the slower one's time."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=DATA) as sync:
+        kw: dict[str, Any] = {"_sync": sync, "_peers": 2}
+        if cache_dir is not None:
+            kw["cache_dir"] = str(cache_dir)
+        procs = [_start_engine("chute", url, None, dict(kw)) for _ in range(2)]
+        runs = [_result_of(p, f"chute pair (cache_dir={cache_dir})") for p in procs]
+    return {
+        "decodes": sum(r["decodes"] for r in runs),
+        # both processes read the same bytes: together, twice that over the slower's time
+        "epoch0_mbps": 2 * min(r["epoch0_mbps"] for r in runs),
+        "epoch1_mbps": 2 * min(r["epoch1_mbps"] for r in runs),
+        "ttfb_cold_ms": max(r["ttfb_cold_ms"] for r in runs),
+    }
 
 
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -332,16 +423,32 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="runs per default engine (median)")
     parser.add_argument("--s3", action="store_true", help="add rows read from a local moto S3")
     parser.add_argument("--plot", action="store_true", help="also write bench/results/insitu.png")
+    parser.add_argument("--tiny", action="store_true", help="a small archive, to smoke-test")
+    parser.add_argument(
+        "--only-new", action="store_true", help="only chute's Icechunk, cache_dir and TTFB rows"
+    )
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker_main(*args.worker)
         return
+    if args.tiny and not TINY:  # re-run with the tiny geometry seen by every worker too
+        env = {**os.environ, "CHUTE_BENCH_TINY": "1"}
+        argv = [a for a in sys.argv[1:] if a != "--tiny"]
+        sys.exit(subprocess.run([sys.executable, __file__, *argv], env=env).returncode)
 
     DATA.mkdir(parents=True, exist_ok=True)
     make_archive()
-    peer_python()
     url = str(ARCHIVE)
+    new = chute_rows(url, max(1, args.reps))
+    text = report_chute(new)
+    print(text)
+    if args.only_new:
+        if not TINY:
+            RESULTS.mkdir(exist_ok=True)
+            (RESULTS / "insitu-chute.md").write_text(text)
+        return
+    peer_python()
     rows: dict[str, dict[str, Any]] = {}
     configs: list[tuple[str, dict[str, Any]]] = [
         ("chute", {}),
@@ -377,6 +484,68 @@ def main() -> None:
             proc.terminate()
             proc.wait()
     report(rows, tuned, args.plot)
+
+
+def chute_rows(url: str, reps: int) -> dict[str, dict[str, Any]]:
+    """chute alone: Icechunk against plain Zarr, two processes with and without a shared
+    cache_dir, and cold time to first batch; engines take turns, medians of ``reps``."""
+    import shutil as _shutil
+
+    make_icechunk()
+    cache = DATA / "cache"
+    configs: dict[str, Callable[[], dict[str, Any]]] = {
+        "plain Zarr, local": lambda: run_engine("chute", url),
+        "Icechunk, local (same data)": lambda: run_engine("chute", f"icechunk:{ICECHUNK}"),
+        "two processes, no cache_dir": lambda: run_pair(url, None),
+        "two processes, shared cache_dir": lambda: run_pair(url, cache),
+    }
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in configs}
+    for rep in range(reps):
+        print(f"rep {rep + 1}/{reps}: chute rows", flush=True)
+        for name, run in configs.items():
+            if name.endswith("shared cache_dir"):
+                _shutil.rmtree(cache, ignore_errors=True)
+                cache.mkdir()
+            runs[name].append(run())
+    _shutil.rmtree(cache, ignore_errors=True)
+    keys = ("epoch0_mbps", "epoch1_mbps", "ttfb_cold_ms", "decodes")
+    return {
+        name: {k: statistics.median(r[k] for r in rs) for k in keys if k in rs[0]}
+        for name, rs in runs.items()
+    }
+
+
+def report_chute(rows: dict[str, dict[str, Any]]) -> str:
+    plain, ice = rows["plain Zarr, local"], rows["Icechunk, local (same data)"]
+    alone, shared = rows["two processes, no cache_dir"], rows["two processes, shared cache_dir"]
+    n_chunks = -(-SHAPE[0] // CHUNKS[0])
+    lines = [
+        f"chute alone ({SHAPE} float32, chunks {CHUNKS}); two-process rows: both processes "
+        "read the whole archive at once, throughput is their bytes together over the slower's "
+        f"time; decodes are summed over both ({n_chunks} chunks in the archive).",
+        "",
+        "| row | epoch 0 MB/s | epoch 1 MB/s | cold TTFB ms | decodes |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, r in rows.items():
+        lines.append(
+            f"| {name} | {r['epoch0_mbps']:.0f} | {r['epoch1_mbps']:.0f} | "
+            f"{r['ttfb_cold_ms']:.1f} | {r.get('decodes', 0):.0f} |"
+        )
+    ratio = ice["epoch0_mbps"] / plain["epoch0_mbps"]
+    pair = shared["epoch0_mbps"] / alone["epoch0_mbps"]
+    lines += [
+        "",
+        "| target | measured | goal | met |",
+        "|---|---:|---:|---|",
+        f"| Icechunk vs plain Zarr, epoch 0 | {ratio:.2f}x | >= 0.95x | {_met(ratio >= 0.95)} |",
+        f"| shared cache_dir: decodes, two processes | {shared['decodes']:.0f} "
+        f"(vs {alone['decodes']:.0f}) | one per chunk per epoch pass | "
+        f"{_met(shared['decodes'] < alone['decodes'])} |",
+        f"| shared cache_dir vs none, two processes, epoch 0 | {pair:.2f}x | > 1x | "
+        f"{_met(pair > 1)} |",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _met(ok: bool) -> str:

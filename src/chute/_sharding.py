@@ -1,4 +1,8 @@
-"""Which slice of the global batch this process reads in a multi-host run."""
+"""Which share of the data this process reads in a multi-host run.
+
+One resolver for every loader: the step loader takes slice ``index`` of ``count`` of each
+global batch, the in-place Zarr loader every ``count``-th chunk of each epoch.
+"""
 
 from __future__ import annotations
 
@@ -23,19 +27,27 @@ def _framework_shard() -> tuple[int, int]:
     return 0, 1
 
 
-def resolve_shard(shard: Shard, batch_size: int) -> tuple[int, int]:
-    """Validate ``shard`` against the global batch and return ``(index, count)``."""
+def resolve_shard(shard: Shard, batch_size: int | None = None) -> tuple[int, int]:
+    """Validate ``shard`` and return ``(index, count)``; ``"auto"`` asks the framework.
+
+    With ``batch_size`` (the step loader's global batch) it must split evenly over the
+    shards; without it (the in-place loader, which shards by chunk) any count is taken.
+    """
     if shard is None:
         index, count = 0, 1
     elif shard == "auto":
         index, count = _framework_shard()
-    elif isinstance(shard, tuple) and len(shard) == 2 and all(isinstance(v, int) for v in shard):
+    elif (
+        isinstance(shard, (tuple, list))
+        and len(shard) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in shard)
+    ):
         index, count = shard
     else:
         raise TypeError(f"shard must be (index, count), 'auto' or None, got {shard!r}")
     if count < 1 or not 0 <= index < count:
         raise ValueError(f"shard index must be in [0, count) with count >= 1, got {shard!r}")
-    if batch_size % count:
+    if batch_size is not None and batch_size % count:
         raise ValueError(
             f"the global batch_size {batch_size} does not split evenly over {count} shards"
         )

@@ -225,7 +225,10 @@ def test_mmap_pool_under_cache_dir(archive: Path, tmp_path: Path) -> None:
         for b in ds.train:
             check_values(b)
         assert ds.stats()["resident_bytes"] > 0
-        assert os.listdir(cache) == []  # mapped files are unlinked at once
+        (pool,) = os.listdir(cache)
+        slabs = [f for f in os.listdir(cache / pool) if f.endswith(".slab")]
+        assert len(slabs) == 3 * len(ds.manifest.chunk_ids("train"))  # x, y, z
+    assert os.listdir(cache) == []  # the last process to leave removes the pool
     with pytest.raises(FileNotFoundError):
         dataset(archive, cache_dir=tmp_path / "absent")
 

@@ -1,4 +1,4 @@
-"""In-place Zarr v3 loader: shuffled, split-aware numpy batches without converting the data.
+"""In-place Zarr and Icechunk loader: shuffled, split-aware numpy batches, data unconverted.
 
 Read each stored chunk once, shuffle within a window of chunks, feed batches from one
 event loop under one read budget, and share one decoded-chunk pool between splits.
@@ -7,14 +7,15 @@ event loop under one read budget, and share one decoded-chunk pool between split
 from chute.errors import BadChunkError
 
 from ._dataset import InSituConfig, InSituDataset, SplitView
-from ._geometry import ArrayGeometry, open_geometries
+from ._geometry import ArrayGeometry, open_geometries, valid_anchor_range
 from ._pool import ChunkPool, PoolStats
 from ._split import SplitManifest, split_by_chunk
-from ._transforms import BatchTransform, ChunkTransform, StandardScaler
+from ._transforms import Batch, BatchTransform, ChunkTransform, StandardScaler
 
 __all__ = [
     "ArrayGeometry",
     "BadChunkError",
+    "Batch",
     "BatchTransform",
     "ChunkPool",
     "ChunkTransform",
@@ -26,4 +27,5 @@ __all__ = [
     "StandardScaler",
     "open_geometries",
     "split_by_chunk",
+    "valid_anchor_range",
 ]

@@ -3,32 +3,46 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import inspect
 import json
 import math
 import os
 import queue
+import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
-from ._geometry import ArrayGeometry, open_geometries
+from chute._sharding import Shard, resolve_shard
+
+from ._geometry import ArrayGeometry, read_geometries, valid_anchor_range
+from ._options import check_keywords, check_positive, identity_of
 from ._plan import OrderSpec, SlabUse, sample_order, slab_use, working_set
 from ._pool import ChunkPool
+from ._report import limiting_stage
 from ._scheduler import END, Engine, PassPlan
+from ._shared import SharedChunks
 from ._split import SplitManifest
-from ._store import CountingStore, StoreLike, open_store
+from ._state import STATE_VERSION, check_state, order_fields
+from ._store import CountingStore, StoreLike, open_store, session_of, store_name
 from ._transforms import Batch, BatchTransform, ChunkTransform
 
 ViewName = Literal["train", "val", "test", "all"]
 VIEWS: tuple[ViewName, ...] = ("train", "val", "test", "all")
 REMOTE_INFLIGHT_BYTES = 64 << 20  # bytes in flight that hide object-store latency
 _BATCHES_HELD = 3  # beyond the queue: one being gathered, one in the pass, one consumed
-_ORDER = 2  # revision of the epoch order: states saved under another one do not resume
+
+
+def _keywords() -> list[str]:
+    return [
+        n
+        for n, p in inspect.signature(InSituDataset.__init__).parameters.items()
+        if p.kind is p.KEYWORD_ONLY or (n != "self" and p.kind is p.POSITIONAL_OR_KEYWORD)
+    ]
 
 
 def _cores() -> int:
@@ -47,6 +61,7 @@ class InSituConfig:
     cache_budget_bytes: int
     budget_is_automatic: bool
     seed: int
+    shuffle: bool
     shard: tuple[int, int] | None
     on_bad_chunk: Literal["raise", "skip"]
     cache_dir: str | None
@@ -60,7 +75,15 @@ class SplitView:
         self.name = name
 
     def __iter__(self) -> Iterator[Batch]:
-        return self._dataset._iterate(self.name)
+        """Start a pass. A second ``iter()`` while a pass of this view is still open (not
+        exhausted nor closed) raises ``RuntimeError``: two iterators over one pass would
+        hand out the same batches twice."""
+        return self._dataset._start(self.name)
+
+    @property
+    def dataset(self) -> InSituDataset:
+        """The dataset this view belongs to."""
+        return self._dataset
 
     def __len__(self) -> int:
         """Batches in the current epoch's pass (including any already consumed)."""
@@ -75,15 +98,17 @@ class SplitView:
 
 
 class InSituDataset:
-    """Shuffled, split-aware batches read in place from a Zarr v3 archive.
+    """Shuffled, split-aware batches read in place from a Zarr archive or Icechunk session.
 
     Iterate a view: ``ds.train`` (chunk order permuted per ``(seed, epoch)``, samples
-    shuffled within windows of ``block_chunks`` chunks), ``ds.val``, ``ds.test``,
-    ``ds.all`` (deterministic). All views share one :class:`ChunkPool`, so a chunk is
-    read and decoded once while it fits. Batches are ``{variable: ndarray}`` plus
-    ``"sample_indices"``, samples on axis 0. Unset ``block_chunks``, ``max_inflight``
-    and ``cache_budget_bytes`` are derived from the core count, the chunk size and the
-    budget; ``describe()`` shows what was chosen and what it costs.
+    shuffled within windows of ``block_chunks`` chunks; in chunk order with
+    ``shuffle=False``), ``ds.val``, ``ds.test``, ``ds.all`` (deterministic). All views
+    share one :class:`ChunkPool`, so a chunk is read and decoded once while it fits.
+    Batches are :class:`Batch` dicts ``{variable: ndarray, "sample_indices": ...}``,
+    samples on axis 0. Unset ``block_chunks``, ``max_inflight`` and
+    ``cache_budget_bytes`` are derived from the core count, the chunk size and the
+    budget; ``describe()`` shows what was chosen and what it costs. An unknown keyword
+    is a ``TypeError`` naming the nearest valid one, raised before anything is read.
     """
 
     def __init__(
@@ -96,31 +121,44 @@ class InSituDataset:
         block_chunks: int | None = None,
         max_inflight: int | None = None,
         seed: int = 0,
+        shuffle: bool = True,
         prefetch_depth: int = 2,
         cache_budget_bytes: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         chunk_transforms: Sequence[ChunkTransform] = (),
         batch_transforms: Sequence[BatchTransform] = (),
-        shard: tuple[int, int] | None = None,
+        shard: Shard = None,
         on_bad_chunk: Literal["raise", "skip"] = "raise",
         decode_threads: int | None = None,
         **store_kwargs: Any,
     ) -> None:
-        self.manifest = _as_manifest(manifest)
-        _check_positive(batch_size=batch_size, prefetch_depth=prefetch_depth)
-        _check_positive(block_chunks=block_chunks, max_inflight=max_inflight)
-        _check_positive(decode_threads=decode_threads, cache_budget_bytes=cache_budget_bytes)
+        check_keywords(url, store_kwargs, _keywords())
+        check_positive(batch_size=batch_size, prefetch_depth=prefetch_depth)
+        check_positive(block_chunks=block_chunks, max_inflight=max_inflight)
+        check_positive(decode_threads=decode_threads, cache_budget_bytes=cache_budget_bytes)
         if on_bad_chunk not in ("raise", "skip"):
             raise ValueError(f"on_bad_chunk must be 'raise' or 'skip', got {on_bad_chunk!r}")
-        if shard is not None:
-            index, count = shard
-            if count < 1 or not 0 <= index < count:
-                raise ValueError(
-                    f"shard must be (index, count) with 0 <= index < count, got {shard}"
-                )
+        if not isinstance(shuffle, bool):
+            raise TypeError(f"shuffle must be True or False, got {shuffle!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        try:
+            index, count = resolve_shard(shard)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"shard: {exc}") from None
+        session = session_of(url)
+        if session is not None and not session.read_only:
+            raise ValueError(
+                "pass a read-only Icechunk session (repo.readonly_session(branch=..., tag=... "
+                "or snapshot_id=...)): a writable one can change under the loader"
+            )
+        self.snapshot_id: str | None = None if session is None else str(session.snapshot_id)
+        self.manifest = _as_manifest(manifest)
         self.store = CountingStore(open_store(url, **store_kwargs))
+        name = store_name(url)
         self.geometries = self._check_geometries(
-            dict(geometries) if geometries is not None else open_geometries(self.store)
+            dict(geometries) if geometries is not None else read_geometries(self.store, name),
+            explicit=geometries is not None,
         )
         cores = _cores()
         stored = self._stored_chunk_nbytes()
@@ -139,6 +177,8 @@ class InSituDataset:
                 block_chunks = max(1, min(block_chunks, cache_budget_bytes // (2 * block_bytes)))
         self._epoch = 0
         self._positions: dict[str, int] = dict.fromkeys(VIEWS, 0)
+        self._open: weakref.WeakValueDictionary[str, _Pass] = weakref.WeakValueDictionary()
+        self._opening = threading.Lock()
         self._plans: dict[tuple[str, int], PassPlan] = {}
         self._consumer_wait = 0.0
         self._consumer_wall = 0.0
@@ -150,8 +190,9 @@ class InSituDataset:
             prefetch_depth=prefetch_depth,
             cache_budget_bytes=cache_budget_bytes or 1,
             budget_is_automatic=cache_budget_bytes is None,
-            seed=seed,
-            shard=shard,
+            seed=int(seed),
+            shuffle=shuffle,
+            shard=None if count == 1 else (index, count),
             on_bad_chunk=on_bad_chunk,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
         )
@@ -165,18 +206,28 @@ class InSituDataset:
                 f"must hold at once (block_chunks={block_chunks}, batch_size={batch_size}); "
                 "raise the budget or lower block_chunks"
             )
-        self.pool = ChunkPool(self.config.cache_budget_bytes, cache_dir)
-        self._engine = Engine(
-            self.store,
-            self.geometries,
-            self.pool,
-            max_inflight=self.config.max_inflight,
-            decode_threads=self.config.decode_threads,
-            batches_held=_BATCHES_HELD + self.config.prefetch_depth,
-            chunk_transforms=chunk_transforms,
-            batch_transforms=batch_transforms,
-            on_bad_chunk=on_bad_chunk,
-        )
+        self.pool = ChunkPool(self.config.cache_budget_bytes)
+        shared = None
+        if self.config.cache_dir is not None:
+            identity = identity_of(url, self.snapshot_id, self.geometries, chunk_transforms)
+            shared = SharedChunks(self.config.cache_dir, identity, self.config.cache_budget_bytes)
+        try:
+            self._engine = Engine(
+                self.store,
+                self.geometries,
+                self.pool,
+                max_inflight=self.config.max_inflight,
+                decode_threads=self.config.decode_threads,
+                batches_held=_BATCHES_HELD + self.config.prefetch_depth,
+                chunk_transforms=chunk_transforms,
+                batch_transforms=batch_transforms,
+                on_bad_chunk=on_bad_chunk,
+                shared=shared,
+            )
+        except BaseException:
+            if shared is not None:
+                shared.close()
+            raise
         self._finalizer = weakref.finalize(self, self._engine.close)
 
     # -- views and epochs --------------------------------------------------------------
@@ -202,9 +253,13 @@ class InSituDataset:
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (reshuffles ``train``) and restart every view at its first batch."""
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        """Select the epoch (reshuffles ``train``) and restart every view at its first batch.
+
+        Refused while a pass is open: close or finish its iterator first.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
+        self._refuse_if_open("set_epoch()")
         self._epoch = epoch
         self._positions = dict.fromkeys(VIEWS, 0)
 
@@ -216,41 +271,58 @@ class InSituDataset:
     # -- resume ------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Where every view stands (batches consumed this epoch); JSON-serialisable."""
+        """Where every view stands (batches consumed this epoch) and the configuration
+        that fixes the batch order, including the Icechunk snapshot read; JSON-serialisable."""
         return {
-            "version": 1,
+            "version": STATE_VERSION,
             "epoch": self._epoch,
             "positions": dict(self._positions),
-            "fingerprint": self._fingerprint(),
+            "config": self._order_fields(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume: the next pass over each view continues after its consumed batches.
 
-        Refuses a state from a dataset whose order would differ (other manifest, seed,
-        batch size, window or shard, or a chute version that orders epochs differently).
+        Refuses a state whose batch order would differ, naming each differing field with
+        its saved and current value (manifest, seed, batch size, window, shuffle, shard,
+        the chute epoch-order revision, or the Icechunk snapshot: a branch that moved on
+        since the state was saved would read other data).
         """
-        if state.get("version") != 1:
-            raise ValueError(f"unknown state version {state.get('version')!r}")
-        if state.get("fingerprint") != self._fingerprint():
-            raise ValueError(
-                "state was saved by a dataset with another manifest, seed, batch_size, "
-                "block_chunks or shard (or by a chute with another epoch order); its batch "
-                "order would not match"
-            )
-        self.set_epoch(int(state["epoch"]))
-        for name, pos in state["positions"].items():
-            if name not in self._positions or not 0 <= int(pos) <= self._plan(name).n_batches:
+        check_state(state, self._order_fields())
+        self._refuse_if_open("load_state_dict()")
+        epoch = state.get("epoch")
+        if isinstance(epoch, bool) or not isinstance(epoch, int):
+            raise ValueError(f"bad epoch {epoch!r} in the state")
+        self.set_epoch(epoch)
+        for name, pos in dict(state.get("positions", {})).items():
+            if (
+                name not in self._positions
+                or isinstance(pos, bool)
+                or not isinstance(pos, int)
+                or not 0 <= pos <= self._plan(name).n_batches
+            ):
                 raise ValueError(f"bad position {pos!r} for view {name!r}")
-            self._positions[name] = int(pos)
+            self._positions[name] = pos
 
-    def _fingerprint(self) -> str:
+    def _order_fields(self) -> dict[str, Any]:
         c = self.config
-        text = json.dumps(
-            [self.manifest.to_dict(), c.seed, c.batch_size, c.block_chunks, c.shard, _ORDER],
-            sort_keys=True,
+        return order_fields(
+            self.manifest.to_dict(),
+            seed=c.seed,
+            batch_size=c.batch_size,
+            block_chunks=c.block_chunks,
+            shuffle=c.shuffle,
+            shard=c.shard,
+            snapshot_id=self.snapshot_id,
+            offsets={n: g.offset for n, g in self.geometries.items() if g.offset},
         )
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def _refuse_if_open(self, what: str) -> None:
+        if self._open:
+            raise RuntimeError(
+                f"{what} while a pass over {sorted(self._open)} is open: finish the pass or "
+                "close its iterator first"
+            )
 
     # -- planning ----------------------------------------------------------------------
 
@@ -260,17 +332,29 @@ class InSituDataset:
         if plan is None:
             c, m = self.config, self.manifest
             lead = math.ceil(c.batch_size / m.sample_chunk_size)
-            spec = OrderSpec(view == "train", c.seed, self._epoch, c.block_chunks, c.shard, lead)
+            shuffled = view == "train" and c.shuffle
+            spec = OrderSpec(
+                shuffled, c.seed, self._epoch, c.block_chunks, c.shard, lead, self._anchors()
+            )
             order = sample_order(m.chunk_ids(view), m.sample_chunk_size, m.n_samples, spec)
             plan = PassPlan(order=order, batch_size=c.batch_size, uses=self._uses(order, 0))
             self._plans = {k: p for k, p in self._plans.items() if k[1] == self._epoch}
             self._plans[key] = plan
         return plan
 
+    def _anchors(self) -> tuple[int, int] | None:
+        """The samples a pass may draw when windowed views would read past an edge."""
+        offsets = [g.offset for g in self.geometries.values()]
+        if not any(offsets):
+            return None
+        return valid_anchor_range(offsets, self.manifest.n_samples)
+
     def _uses(self, order: np.ndarray, start: int) -> dict[str, SlabUse]:
         b = self.config.batch_size
         return {
-            name: slab_use(order, b, g.sample_chunk_size, g.n_samples, g.sample_nbytes, start)
+            name: slab_use(
+                order + g.offset, b, g.sample_chunk_size, g.n_samples, g.sample_nbytes, start
+            )
             for name, g in self.geometries.items()
         }
 
@@ -292,7 +376,7 @@ class InSituDataset:
         may be the whole pass, so all of that variable's slabs are counted.
         """
         plan = self._plan(view)
-        if view != "train":
+        if view != "train" or not self.config.shuffle:
             return working_set(list(plan.uses.values()), plan.n_batches)
         c, m = self.config, self.manifest
         size = m.sample_chunk_size
@@ -301,7 +385,7 @@ class InSituDataset:
         windows = math.ceil(c.batch_size / (c.block_chunks * size)) + 1 + short
         tiled = shared = 0
         for name, g in self.geometries.items():
-            if size % g.sample_chunk_size == 0:
+            if size % g.sample_chunk_size == 0 and g.offset == 0:
                 tiled += size // g.sample_chunk_size * g.slab_nbytes
             else:
                 shared += int(plan.uses[name].nbytes.sum())
@@ -316,9 +400,22 @@ class InSituDataset:
             ahead = math.ceil(window / self.config.batch_size) + 1
         return working_set(list(plan.uses.values()), plan.n_batches, ahead)
 
-    def _iterate(self, view: str) -> Iterator[Batch]:
+    def _start(self, view: str) -> _Pass:
         if self._engine.closed:
             raise RuntimeError("this InSituDataset is closed")
+        with self._opening:  # two threads starting the same view: one of them raises
+            if view in self._open:
+                raise RuntimeError(
+                    f"ds.{view} is already being iterated ({self._positions[view]} batches "
+                    "handed out): a second iterator would repeat its batches. Finish the first "
+                    "pass, or close() its iterator, then iterate again to continue after its "
+                    "last batch"
+                )
+            it = _Pass(self, view)
+            self._open[view] = it
+            return it
+
+    def _iterate(self, view: str) -> Generator[Batch, None, None]:
         full = self._plan(view)
         start = self._positions[view]
         if start >= full.n_batches:
@@ -351,14 +448,39 @@ class InSituDataset:
     # -- reporting -----------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """Counters: store reads, pool hits/misses/evictions, resident and peak bytes."""
+        """Counters: store reads, pool hits/misses/evictions, resident and peak bytes, slabs
+        this process decoded and slabs it mapped from another process's decode."""
         pool = asdict(self.pool.stats)
         return {
             **pool,
             "store_reads": sum(self.store.gets.values()),
             "store_bytes": self.store.bytes_read,
+            "decodes": self._engine.decodes,
+            "shared_hits": self._engine.shared_hits,
             "bad_chunks": self.bad_chunks,
         }
+
+    def batch_spec(self) -> dict[str, tuple[tuple[int | None, ...], np.dtype[Any]]]:
+        """``{key: (shape, dtype)}`` of the batches, ``None`` for the batch axis.
+
+        Found by running the chunk and batch transforms on empty arrays, so it holds
+        for transforms that change a dtype or add a key; a framework needs it up front
+        (``tf.data``'s ``output_signature``).
+        """
+        batch = Batch()
+        for name, g in self.geometries.items():
+            chunk = np.zeros((0, *g.sample_shape), dtype=g.dtype)
+            for t in self._engine.chunk_transforms:
+                chunk = t(name, chunk)
+            batch[name] = chunk
+        batch["sample_indices"] = np.zeros(0, dtype=np.int64)
+        for bt in self._engine.batch_transforms:
+            batch = Batch(bt(batch))
+        return {k: ((None, *np.shape(v)[1:]), np.asarray(v).dtype) for k, v in batch.items()}
+
+    def print_summary(self) -> None:
+        """Print ``describe()`` (what insitubatch's ``print_summary`` shows, as JSON)."""
+        print(json.dumps(self.describe(), indent=2, default=str))
 
     def describe(self) -> dict[str, Any]:
         """The configuration, the memory it holds, and the stage that limits throughput."""
@@ -385,6 +507,7 @@ class InSituDataset:
                 for name, g in self.geometries.items()
             },
             "config": asdict(c),
+            "snapshot_id": self.snapshot_id,
             "splits": {
                 v: {"samples": len(self._plan(v).order), "batches": self._plan(v).n_batches}
                 for v in VIEWS
@@ -396,22 +519,9 @@ class InSituDataset:
         }
 
     def _limiting_stage(self) -> tuple[str, str]:
-        wall = self._consumer_wall
-        if wall <= 0:
-            return "unknown", "no pass has run yet; iterate a view, then describe() again"
-        t, c = self._engine.times, self.config
-        waiting = self._consumer_wait / wall
-        if waiting < 0.1:
-            return "consumer", f"the consumer waited {waiting:.0%} of the time: the loader keeps up"
-        threads = wall * c.decode_threads
-        load = {
-            "fetch": self.store.seconds / (wall * c.max_inflight),
-            "decode": t.decode / threads,
-            "transform+assemble": (t.transform + t.gather) / threads,
-        }
-        stage = max(load, key=lambda k: load[k])
-        busy = ", ".join(f"{k} {v:.0%}" for k, v in load.items())
-        return stage, f"consumer waited {waiting:.0%}; stage utilisation: {busy}"
+        return limiting_stage(
+            self._consumer_wait, self._consumer_wall, self._engine.times, self.store.seconds
+        )
 
     def close(self) -> None:
         """Stop the engine and release the pool."""
@@ -423,9 +533,23 @@ class InSituDataset:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _check_geometries(self, geometries: dict[str, ArrayGeometry]) -> dict[str, ArrayGeometry]:
+    def _check_geometries(
+        self, geometries: dict[str, ArrayGeometry], explicit: bool
+    ) -> dict[str, ArrayGeometry]:
+        """The variables to read: every one given must fit the manifest; of those found
+        in the group, the ones that do not (coordinates, other lengths) are left out."""
         m = self.manifest
-        chosen = {n: g for n, g in geometries.items() if g.n_samples == m.n_samples}
+        unfit = {
+            n: f"{g.n_samples} samples on axis {g.sample_axis}"
+            for n, g in geometries.items()
+            if g.n_samples != m.n_samples
+        }
+        if explicit and unfit:
+            raise ValueError(
+                f"variables {unfit} do not have the manifest's {m.n_samples} samples on their "
+                "sample axis; open their geometries with the right sample_axis= or leave them out"
+            )
+        chosen = {n: g for n, g in geometries.items() if n not in unfit}
         if not chosen:
             raise ValueError(
                 f"no variable has the manifest's {m.n_samples} samples on its sample axis "
@@ -467,7 +591,30 @@ def _as_manifest(
     return SplitManifest.from_json(manifest)
 
 
-def _check_positive(**values: int | None) -> None:
-    for name, value in values.items():
-        if value is not None and (not isinstance(value, int) or value <= 0):
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+class _Pass:
+    """The iterator of one pass over a view; the view is free again once it is exhausted,
+    fails, is closed, or is garbage collected."""
+
+    def __init__(self, dataset: InSituDataset, view: str) -> None:
+        self._dataset = dataset
+        self.view = view
+        self._batches = dataset._iterate(view)
+
+    def __iter__(self) -> _Pass:
+        return self
+
+    def __next__(self) -> Batch:
+        try:
+            return next(self._batches)
+        except BaseException:
+            self._release()
+            raise
+
+    def close(self) -> None:
+        """End the pass early; the next iteration of the view continues after its batches."""
+        self._batches.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._dataset._open.get(self.view) is self:
+            del self._dataset._open[self.view]

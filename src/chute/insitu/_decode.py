@@ -64,7 +64,7 @@ class DirectReader:
         array: Any,
         zstd: Any | None,
         counter: CountingStore | None,
-        on_decode: Callable[[float], None],
+        on_time: Callable[[Any, float], None],
     ) -> None:
         store = array.store_path.store
         self._prefix = f"{array.store_path.path}/" if array.store_path.path else ""
@@ -73,7 +73,7 @@ class DirectReader:
         self._counter = counter
         self._metadata = array.metadata
         self._zstd = zstd
-        self._on_decode = on_decode
+        self._on_time = on_time
         self.chunk_shape = tuple(int(c) for c in array.chunks)
         self.dtype = np.dtype(array.dtype)
         self.nbytes = int(np.prod(self.chunk_shape)) * self.dtype.itemsize
@@ -84,9 +84,12 @@ class DirectReader:
         return self._root is not None
 
     @classmethod
-    def for_array(cls, array: Any, on_decode: Callable[[float], None]) -> DirectReader | None:
+    def for_array(cls, array: Any, on_time: Callable[[Any, float], None]) -> DirectReader | None:
         """A reader if ``array``'s codecs allow a direct read, else ``None``;
-        ``on_decode(seconds)`` is told the time spent decompressing each chunk."""
+        ``on_time(stage, seconds)`` is told the time each chunk spent decompressing
+        (``"decode"``) and waiting for a decode thread (``"queue"``)."""
+        if array.metadata.zarr_format != 3:  # v2 chunks are read through zarr
+            return None
         codecs = tuple(array.metadata.codecs)
         if array.shards is not None or not codecs or not isinstance(codecs[0], BytesCodec):
             return None
@@ -97,11 +100,11 @@ class DirectReader:
         store = array.store_path.store
         counter = store if isinstance(store, CountingStore) else None
         if len(codecs) == 1:
-            return cls(array, None, counter, on_decode)
+            return cls(array, None, counter, on_time)
         if len(codecs) == 2 and isinstance(codecs[1], ZstdCodec):
             from numcodecs import Zstd  # type: ignore[import-untyped]
 
-            return cls(array, Zstd(), counter, on_decode)
+            return cls(array, Zstd(), counter, on_time)
         return None
 
     async def read(
@@ -111,34 +114,85 @@ class DirectReader:
         ``nbytes``); ``None`` if the object is missing."""
         key = self._prefix + self._metadata.encode_chunk_key(coords)
         loop = asyncio.get_running_loop()
+        submitted = time.perf_counter()
         if self._root is not None:
-            return await loop.run_in_executor(None, self._local, key, buffer)
+            return await loop.run_in_executor(None, self._local, key, buffer, submitted)
         raw = await self._store.get(key, prototype=default_buffer_prototype())
         if raw is None:
             return None
-        return await loop.run_in_executor(None, self._decode, raw.as_numpy_array(), buffer())
+        submitted = time.perf_counter()
+        src = raw.as_numpy_array()
+        return await loop.run_in_executor(None, self._decode, src, buffer(), submitted)
 
-    def _local(self, key: str, buffer: Callable[[], np.ndarray]) -> np.ndarray | None:
+    def _local(
+        self, key: str, buffer: Callable[[], np.ndarray], submitted: float
+    ) -> np.ndarray | None:
         assert self._root is not None
         start = time.perf_counter()
+        self._on_time("queue", start - submitted)
         src = _read_file(os.path.join(self._root, key))
         if src is None:
             return None
         if self._counter is not None:
             self._counter.record(key, len(src), time.perf_counter() - start)
-        return self._decode(np.frombuffer(src, dtype=np.uint8), buffer())
+        return self._decode(np.frombuffer(src, dtype=np.uint8), buffer(), None)
 
-    def _decode(self, src: np.ndarray, out: np.ndarray) -> np.ndarray:
+    def _decode(self, src: np.ndarray, out: np.ndarray, submitted: float | None) -> np.ndarray:
         start = time.perf_counter()
+        if submitted is not None:
+            self._on_time("queue", start - submitted)
         if self._zstd is None:
             if src.nbytes != out.nbytes:
-                raise ValueError(f"stored chunk has {src.nbytes} bytes, expected {out.nbytes}")
+                raise ValueError(
+                    f"stored chunk has {src.nbytes} bytes, but chunk shape {self.chunk_shape} "
+                    f"of {self.dtype} needs {out.nbytes}"
+                )
             out[...] = src
         else:
-            self._zstd.decode(src, out=out)
-        self._on_decode(time.perf_counter() - start)
+            size = zstd_content_size(src)
+            if size is not None and size != out.nbytes:
+                raise ValueError(
+                    f"stored chunk decompresses to {size} bytes, but chunk shape "
+                    f"{self.chunk_shape} of {self.dtype} needs {out.nbytes}"
+                )
+            if size is None:  # no size in the frame: decode into a spare byte to see excess
+                spare = np.empty(out.nbytes + 1, dtype=np.uint8)
+                try:
+                    self._zstd.decode(src, out=spare)
+                except ValueError:  # "destination buffer too small": the chunk is longer
+                    raise ValueError(
+                        f"stored chunk decompresses to more than the {out.nbytes} bytes "
+                        f"chunk shape {self.chunk_shape} of {self.dtype} needs"
+                    ) from None
+                out[...] = spare[: out.nbytes]
+            else:
+                self._zstd.decode(src, out=out)
+        self._on_time("decode", time.perf_counter() - start)
         decoded: np.ndarray = out.view(self.dtype).reshape(self.chunk_shape)
         return decoded
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+
+
+def zstd_content_size(src: np.ndarray) -> int | None:
+    """The decompressed size a single zstd frame declares, or ``None`` if it declares none
+    (a frame may omit it).
+
+    The frame header (RFC 8878, 3.1.1): magic, a descriptor byte, an optional window byte,
+    an optional dictionary id, then the content size in 0, 1, 2, 4 or 8 bytes.
+    """
+    head = bytes(src[:18])
+    if len(head) < 5 or int.from_bytes(head[:4], "little") != _ZSTD_MAGIC:
+        raise ValueError("stored chunk is not a zstd frame")
+    descriptor = head[4]
+    fcs_flag, single = descriptor >> 6, (descriptor >> 5) & 1
+    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[descriptor & 3]
+    width = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    if width == 0 or len(head) < pos + width:
+        return None
+    size = int.from_bytes(head[pos : pos + width], "little")
+    return size + 256 if width == 2 else size
 
 
 def local_root(store: Any) -> str | None:

@@ -5,11 +5,28 @@ Everything here is vectorised numpy, so the Python work grows with chunks, not s
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
+from chute.sampler import Sampler
+
 from ._split import chunk_samples
+
+
+def permutation(n: int, seed: int, stream: str, epoch: int) -> np.ndarray:
+    """A permutation of ``range(n)`` that is a pure function of ``(seed, stream, epoch)``.
+
+    It is the step loader's counter-based (Feistel) sampler drawing one whole cycle, so an
+    order, and thus a resume, is the same under any numpy version. ``stream`` separates
+    the independent permutations one epoch needs.
+    """
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    digest = hashlib.blake2b(f"{seed}/{stream}".encode(), digest_size=8).digest()
+    key = int.from_bytes(digest, "little")
+    return Sampler(n, n, "cyclic", key).indices(epoch).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -22,6 +39,7 @@ class OrderSpec:
     block_chunks: int
     shard: tuple[int, int] | None = None
     lead_chunks: int = 0  # chunks of the first window that the first batch draws from
+    anchors: tuple[int, int] | None = None  # the samples that may be drawn (windowed views)
 
 
 def sample_order(
@@ -34,26 +52,39 @@ def sample_order(
     two parts, its first ``lead_chunks`` chunks ahead of the rest, so the first batch
     waits for those chunks only, not for the whole window. With ``shard=(index, count)`` each
     rank takes every ``count``-th chunk of that permutation (disjoint chunk sets) and
-    every rank's pass is cut to the shortest rank's length (equal batch counts).
+    every rank's pass is cut to the shortest rank's length (equal batch counts). With
+    ``anchors=(lo, hi)`` only samples in ``[lo, hi)`` are drawn.
     """
-    rng = np.random.default_rng([spec.seed, spec.epoch])
-    chunks = rng.permutation(chunk_ids) if spec.shuffle else np.asarray(chunk_ids, np.int64)
+    lo, hi = spec.anchors if spec.anchors is not None else (0, n_samples)
+
+    def drawn(ids: np.ndarray) -> np.ndarray:  # samples each chunk contributes
+        starts = ids * chunk_size
+        ends = np.minimum(starts + chunk_size, n_samples)
+        counts: np.ndarray = np.clip(np.minimum(ends, hi) - np.maximum(starts, lo), 0, None)
+        return counts
+
+    chunks = np.asarray(chunk_ids, np.int64)
+    if spec.shuffle:
+        chunks = chunks[permutation(len(chunks), spec.seed, "chunks", spec.epoch)]
     if spec.shard is not None:
         index, count = spec.shard
-        lengths = np.clip(n_samples - chunks * chunk_size, 0, chunk_size)
+        lengths = drawn(chunks)
         per_rank = [int(lengths[r::count].sum()) for r in range(count)]
         keep = min(per_rank)
         chunks = chunks[index::count]
     else:
         keep = None
     order = chunk_samples(chunks, chunk_size, n_samples)
+    if spec.anchors is not None:
+        order = order[(order >= lo) & (order < hi)]  # chunk by chunk, as before
     if spec.shuffle and len(order):
-        lengths = np.clip(n_samples - chunks * chunk_size, 0, chunk_size)
+        lengths = drawn(chunks)
         position = np.arange(len(chunks))
         window = position // spec.block_chunks
         # two groups per window (the first window's lead chunks, the rest); order kept
         group = 2 * window + ((window == 0) & (position >= spec.lead_chunks))
-        order = order[np.lexsort((rng.random(len(order)), np.repeat(group, lengths)))]
+        keys = permutation(len(order), spec.seed, "samples", spec.epoch)
+        order = order[np.lexsort((keys, np.repeat(group, lengths)))]
     return order if keep is None else order[:keep]
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import tempfile
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,17 +44,14 @@ class ChunkPool:
 
     A slab is pinned while a running pass still needs it; unpinned slabs stay as a cache
     until space is needed. Eviction takes slabs no running pass plans to read first
-    (least recently used first), then the ones needed furthest ahead. With ``cache_dir``,
-    slabs live in memory-mapped files there (unlinked at once, so nothing outlives the
-    process) instead of on the heap. Used from the engine's event loop only.
+    (least recently used first), then the ones needed furthest ahead. A slab's data may be
+    a read-only map of a file of the on-disk pool (``cache_dir``) rather than heap memory.
+    Used from the engine's event loop only.
     """
 
-    def __init__(self, budget_bytes: int, cache_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, budget_bytes: int) -> None:
         if budget_bytes <= 0:
             raise ValueError(f"cache_budget_bytes must be positive, got {budget_bytes}")
-        if cache_dir is not None and not os.path.isdir(cache_dir):
-            raise FileNotFoundError(f"cache_dir {os.fspath(cache_dir)!r} is not a directory")
-        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
         self.stats = PoolStats(budget_bytes=budget_bytes)
         self._slabs: OrderedDict[SlabKey, Slab] = OrderedDict()
         self._spares: dict[int, list[np.ndarray]] = {}  # evicted heap buffers, by size
@@ -112,8 +107,6 @@ class ChunkPool:
     def fill(self, slab: Slab, data: np.ndarray | None) -> None:
         """Store decoded ``data`` (``None`` marks a bad chunk) and wake the waiters."""
         if data is not None:
-            if self.cache_dir is not None and data.nbytes:
-                data = self._to_mmap(data)
             if slab.buffer is not None and not np.may_share_memory(data, slab.buffer):
                 slab.buffer = None
             self._grow(data.nbytes - slab.nbytes)
@@ -192,14 +185,3 @@ class ChunkPool:
     def _grow(self, delta: int) -> None:
         self.stats.resident_bytes += delta
         self.stats.peak_bytes = max(self.stats.peak_bytes, self.stats.resident_bytes)
-
-    def _to_mmap(self, data: np.ndarray) -> np.ndarray:
-        fd, path = tempfile.mkstemp(prefix="chute-slab-", dir=self.cache_dir)
-        try:
-            os.ftruncate(fd, data.nbytes)
-            mapped = np.memmap(path, dtype=data.dtype, mode="r+", shape=data.shape)
-        finally:
-            os.unlink(path)
-            os.close(fd)
-        mapped[...] = data
-        return mapped

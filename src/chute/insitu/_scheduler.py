@@ -30,21 +30,29 @@ from ._decode import DirectReader, reserve_read_buffer
 from ._geometry import ArrayGeometry
 from ._plan import SlabUse
 from ._pool import ChunkPool, Slab
+from ._shared import SharedChunks
 from ._transforms import Batch, BatchTransform, ChunkTransform
 
 END = object()  # end-of-pass marker on the batch queue
 
 
+Stage = Literal["decode", "queue", "transform", "gather", "slab_wait", "admit_wait"]
+
+
 class StageTimes:
-    """Seconds spent per stage, summed over threads (for ``describe``)."""
+    """Seconds spent per stage, summed over threads, and the waits of the batch pass
+    (for ``describe``, which names the limiting stage from them)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.decode = 0.0  # decompression; a chunk read through zarr counts whole here
-        self.transform = 0.0
-        self.gather = 0.0
+        self.queue = 0.0  # read jobs waiting for a free decode thread
+        self.transform = 0.0  # chunk transforms
+        self.gather = 0.0  # batch assembly and batch transforms
+        self.slab_wait = 0.0  # the pass waiting for the slabs of its next batch
+        self.admit_wait = 0.0  # the pass waiting for its slabs to get room in the pool
 
-    def add(self, stage: Literal["decode", "transform", "gather"], seconds: float) -> None:
+    def add(self, stage: Stage, seconds: float) -> None:
         with self._lock:
             setattr(self, stage, getattr(self, stage) + seconds)
 
@@ -85,8 +93,12 @@ class Engine:
         chunk_transforms: Sequence[ChunkTransform],
         batch_transforms: Sequence[BatchTransform],
         on_bad_chunk: Literal["raise", "skip"],
+        shared: SharedChunks | None = None,
     ) -> None:
         self.geometries = geometries
+        self.shared = shared
+        self.decodes = 0  # slabs this process read and decoded
+        self.shared_hits = 0  # slabs mapped from the on-disk pool, decoded by another process
         self.pool = pool
         self.max_inflight = max_inflight
         self.decode_threads = decode_threads
@@ -125,7 +137,7 @@ class Engine:
             for name, g in self.geometries.items()
         }
         self._direct = {
-            name: DirectReader.for_array(arr, self._decoded) for name, arr in arrays.items()
+            name: DirectReader.for_array(arr, self.times.add) for name, arr in arrays.items()
         }
         return arrays
 
@@ -153,11 +165,9 @@ class Engine:
     def closed(self) -> bool:
         return self.loop.is_closed()
 
-    def _decoded(self, seconds: float) -> None:
-        self.times.add("decode", seconds)
-
     def close(self) -> None:
-        """Cancel every pass and read, stop the loop and the thread pool."""
+        """Cancel every pass and read, stop the loop and the thread pool, leave the
+        on-disk pool."""
         if self.loop.is_closed():
             return
 
@@ -173,6 +183,8 @@ class Engine:
         self.loop.close()
         self._executor.shutdown(wait=True)
         self._gatherer.shutdown(wait=True)
+        if self.shared is not None:
+            self.shared.close()
 
     # -- reading ---------------------------------------------------------------------
 
@@ -225,20 +237,62 @@ class Engine:
             return data
 
     async def _fetch(self, slab: Slab) -> None:
-        """Read, decode and transform one slab into the pool; any failure reaches its waiters."""
-        name = slab.key[0]
+        """Read, decode and transform one slab into the pool (or map it from the on-disk
+        pool, if another process decoded it); any failure reaches its waiters."""
+        lock = None
         try:
-            data = await self._read_slab(slab)
-            if data is not None and self.chunk_transforms:
-                loop = asyncio.get_running_loop()
-                data = await loop.run_in_executor(None, self._transform, name, data)
+            data = None
+            if self.shared is not None:
+                data, lock = await self._claim(slab)
+            if data is None:
+                data = await self._decode_slab(slab)
+                if data is not None and lock is not None:
+                    assert self.shared is not None
+                    loop = asyncio.get_running_loop()
+                    data = await loop.run_in_executor(None, self.shared.publish, slab.key, data)
         except asyncio.CancelledError:
             self.pool.fail(slab, asyncio.CancelledError())
             raise
         except Exception as exc:
             self.pool.fail(slab, exc)
             return
+        finally:
+            if lock is not None:
+                SharedChunks.unlock(lock)
         self.pool.fill(slab, data)
+
+    async def _decode_slab(self, slab: Slab) -> np.ndarray | None:
+        data = await self._read_slab(slab)
+        self.decodes += 1
+        if data is not None and self.chunk_transforms:
+            loop = asyncio.get_running_loop()
+            data = await loop.run_in_executor(None, self._transform, slab.key[0], data)
+        return data
+
+    async def _claim(self, slab: Slab) -> tuple[np.ndarray | None, int | None]:
+        """The slab from the on-disk pool, or its decode lock if nobody published it yet.
+
+        A slab another process is decoding is waited for by polling, never by blocking a
+        thread on its lock: processes waiting on each other's locks while their own
+        decodes queue behind those waits would deadlock.
+        """
+        assert self.shared is not None
+        delay = 0.0002
+        while True:
+            data = self.shared.load(slab.key)
+            if data is not None:
+                self.shared_hits += 1
+                return data, None
+            lock = self.shared.try_lock(slab.key)
+            if lock is not None:
+                data = self.shared.load(slab.key)  # published just before we locked
+                if data is not None:
+                    SharedChunks.unlock(lock)
+                    self.shared_hits += 1
+                    return data, None
+                return None, lock
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 0.005)
 
     async def _read_slab(self, slab: Slab) -> np.ndarray | None:
         """The slab's stored chunks, samples on axis 0; ``None`` for a skipped bad chunk."""
@@ -311,19 +365,23 @@ class Engine:
                 await credits.acquire()
                 progress.batch = b
                 self.pool.notify()
+                waited = time.perf_counter()
                 while progress.registered < b and not launcher.done():
                     admitted.clear()
                     await admitted.wait()
                 if launcher.done():
                     launcher.result()
+                self.times.add("admit_wait", time.perf_counter() - waited)
                 idx = plan.order[b * plan.batch_size : (b + 1) * plan.batch_size]
                 needed = [
                     progress.slabs[(name, int(s))]
                     for name, g in self.geometries.items()
-                    for s in np.unique(idx // g.sample_chunk_size)
+                    for s in np.unique((idx + g.offset) // g.sample_chunk_size)
                 ]
+                waited = time.perf_counter()
                 for slab in needed:
                     await slab.ready
+                self.times.add("slab_wait", time.perf_counter() - waited)
                 batch = await asyncio.get_running_loop().run_in_executor(
                     self._gatherer, self._assemble, idx, progress.slabs
                 )
@@ -388,7 +446,11 @@ class Engine:
         """Gather one batch; samples are grouped by slab so each group is one ``take``."""
         start = time.perf_counter()
         names = list(self.geometries)
-        slab_ids = [idx // self.geometries[n].sample_chunk_size for n in names]
+        shifts = [self.geometries[n].offset for n in names]  # windowed views read idx + offset
+        slab_ids = [
+            (idx + d) // self.geometries[n].sample_chunk_size
+            for n, d in zip(names, shifts, strict=True)
+        ]
         if self.bad_chunks:
             keep = np.ones(len(idx), dtype=bool)
             for n, ids in zip(names, slab_ids, strict=True):
@@ -399,11 +461,11 @@ class Engine:
             slab_ids = [ids[keep] for ids in slab_ids]
         grouping = np.lexsort(slab_ids[::-1]) if names else np.arange(len(idx))
         idx = idx[grouping]
-        batch: Batch = {}
-        for n, ids in zip(names, slab_ids, strict=True):
+        batch = Batch()
+        for n, d, ids in zip(names, shifts, slab_ids, strict=True):
             g = self.geometries[n]
             ids = ids[grouping]
-            offs = idx - ids * g.sample_chunk_size
+            offs = idx + d - ids * g.sample_chunk_size
             first = slabs[(n, int(ids[0]))].data if len(ids) else None
             dtype = first.dtype if first is not None else np.dtype(g.dtype)
             out = self._outputs.empty((len(idx), *g.sample_shape), dtype)
@@ -419,8 +481,12 @@ class Engine:
                 np.take(data, offs[lo:hi], axis=0, out=out[lo:hi], mode="clip")
             batch[n] = out
         batch["sample_indices"] = idx
+        offsets = {n: d for n, d in zip(names, shifts, strict=True) if d}
+        batch.read_offsets = offsets
         for t in self.batch_transforms:
-            batch = t(batch)
+            changed = t(batch)
+            batch = changed if isinstance(changed, Batch) else Batch(changed)
+            batch.read_offsets = offsets
         self.times.add("gather", time.perf_counter() - start)
         return batch
 

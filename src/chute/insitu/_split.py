@@ -141,32 +141,61 @@ def split_by_chunk(
     fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
     seed: int = 0,
     contiguous: bool = True,
+    *,
+    sample_range: tuple[int, int] | None = None,
 ) -> SplitManifest:
     """Partition ``geometry``'s sample-axis chunks into train/val/test.
 
     ``fractions`` are of chunks. ``contiguous=True`` gives each split one run of chunks
     (safe for time series); otherwise chunks are assigned at random from ``seed``.
+    ``sample_range=(start, stop)`` first restricts the split to the chunks overlapping
+    samples ``[start, stop)``, each kept whole (splits are made of whole chunks), so a
+    window starting or ending inside a chunk takes in that chunk's other samples too.
+
+    >>> from chute.insitu import ArrayGeometry
+    >>> g = ArrayGeometry("t2m", shape=(100, 4), chunks=(10, 4), dtype="<f4")
+    >>> m = split_by_chunk(g, (0.5, 0.25, 0.25), sample_range=(15, 52))
+    >>> m.chunks
+    {'train': (1, 2), 'val': (3,), 'test': (4, 5)}
     """
     if len(fractions) != 3 or any(not math.isfinite(f) or f < 0 for f in fractions):
         raise ValueError(f"fractions must be three non-negative numbers, got {fractions}")
     if abs(sum(fractions) - 1.0) > 1e-6:
         raise ValueError(f"fractions must sum to 1, got {fractions} (sum {sum(fractions)})")
-    n = geometry.n_chunks
+    first, last = 0, geometry.n_chunks
+    if sample_range is not None:
+        first, last = _chunk_window(geometry, sample_range)
+    n = last - first
     counts = _split_counts(n, fractions)
     if fractions[0] > 0 and counts[0] == 0:
         raise ValueError(f"{geometry.path!r} has {n} chunks, too few to give train any")
-    order = np.arange(n, dtype=np.int64)
+    order = np.arange(first, last, dtype=np.int64)
     if not contiguous:
-        order = np.random.default_rng(seed).permutation(n)
+        order = first + np.random.default_rng(seed).permutation(n)
     bounds = np.cumsum([0, *counts])
     chunks: dict[str, tuple[int, ...]] = {
         name: tuple(int(i) for i in np.sort(order[bounds[k] : bounds[k + 1]]))
         for k, name in enumerate(SPLITS)
     }
     return SplitManifest(
-        n_chunks=n,
+        n_chunks=geometry.n_chunks,
         sample_chunk_size=geometry.sample_chunk_size,
         n_samples=geometry.n_samples,
         chunks=chunks,
         seed=seed,
     )
+
+
+def _chunk_window(geometry: ArrayGeometry, sample_range: tuple[int, int]) -> tuple[int, int]:
+    """The chunks ``[first, last)`` that overlap samples ``[start, stop)``."""
+    try:
+        start, stop = (int(v) for v in sample_range)
+    except (TypeError, ValueError):
+        raise ValueError(f"sample_range must be (start, stop), got {sample_range!r}") from None
+    if not 0 <= start < stop <= geometry.n_samples:
+        raise ValueError(
+            f"sample_range {sample_range} must satisfy 0 <= start < stop <= "
+            f"{geometry.n_samples} (the samples of {geometry.path!r})"
+        )
+    size = geometry.sample_chunk_size
+    return start // size, math.ceil(stop / size)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -10,8 +10,56 @@ import numpy as np
 
 from ._store import StoreLike
 
-Batch = dict[str, np.ndarray]
-BatchTransform = Callable[[Batch], Batch]
+SAMPLE_INDICES = "sample_indices"
+
+
+class Batch(dict[str, np.ndarray]):
+    """One batch: ``{variable: array, "sample_indices": int64 array}``, samples on axis 0.
+
+    It is a plain dict (``batch["t2m"]``, iteration over its keys) that also reads as
+    insitubatch's batch: ``batch.arrays`` (the variables only), ``batch.sample_indices``,
+    ``batch.offsets`` (each variable's sample-axis read offset: 0 but for windowed
+    views), ``batch.read_indices(label)`` and ``batch.stack(labels)``.
+
+    >>> b = Batch(t2m=np.zeros((2, 3)), sample_indices=np.array([4, 7]))
+    >>> sorted(b), list(b.arrays), b.sample_indices.tolist()
+    (['sample_indices', 't2m'], ['t2m'], [4, 7])
+    """
+
+    @property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The variables without ``sample_indices`` (a new dict over the same arrays)."""
+        return {k: v for k, v in self.items() if k != SAMPLE_INDICES}
+
+    @property
+    def sample_indices(self) -> np.ndarray:
+        """Position of each row along the stored sample axis."""
+        return self[SAMPLE_INDICES]
+
+    read_offsets: Mapping[str, int] = {}
+    """Read offsets of the windowed variables (the others read at offset 0)."""
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        """Sample-axis read offset of each variable: row ``i`` of ``v`` is sample
+        ``sample_indices[i] + offsets[v]`` (0 except for windowed views)."""
+        return {k: int(self.read_offsets.get(k, 0)) for k in self.arrays}
+
+    def read_indices(self, label: str) -> np.ndarray:
+        """The sample each row of ``label`` was read from (``sample_indices`` + offset)."""
+        if label not in self.arrays:
+            raise KeyError(f"no variable {label!r} in this batch (has {sorted(self.arrays)})")
+        return self.sample_indices + self.read_offsets.get(label, 0)
+
+    def stack(self, labels: Sequence[str], axis: int = 1) -> np.ndarray:
+        """The ``labels``' arrays stacked along a new ``axis``, in the order given."""
+        missing = [k for k in labels if k not in self.arrays]
+        if missing:
+            raise KeyError(f"no variables {missing} in this batch (has {sorted(self.arrays)})")
+        return np.stack([self[k] for k in labels], axis=axis)
+
+
+BatchTransform = Callable[[Batch], Mapping[str, np.ndarray]]
 
 
 class ChunkTransform(Protocol):
@@ -69,8 +117,10 @@ class StandardScaler:
         import zarr
 
         from ._geometry import open_geometries
-        from ._store import open_store
+        from ._store import check_store_options, open_store
 
+        names = ["variables", "n_chunks", "split", "seed"]
+        check_store_options(url, store_kwargs, "StandardScaler.fit", names)
         store = open_store(url, **store_kwargs)
         geoms = open_geometries(store, variables)
         ids = manifest.chunk_ids(split)

@@ -1,0 +1,223 @@
+"""The on-disk chunk pool: decoded slabs in files under ``cache_dir``, shared by processes.
+
+Every process on a host that opens the same archive (same store, variables, geometry
+and chunk transforms) with the same ``cache_dir`` joins one directory,
+``cache_dir/chute-<digest>/``. The first process to need a slab takes its lock, decodes
+it and publishes it as a file; the others wait for the file and map it, so each slab is
+decoded once per host and its pages sit once in the page cache.
+
+Crash safety, in the order the steps happen:
+
+- A slab is written to a private temporary file, then renamed to its final name. Only
+  final names are ever mapped, so a process dying mid-write leaves a temporary file that
+  nobody reads, never a torn slab. A final file whose size does not match its header is
+  treated as absent, and rewritten.
+- A slab's lock is an ``flock`` on its lock file, which the kernel drops when its holder
+  dies; a waiter then takes it and decodes the slab itself.
+- Each member holds a shared ``flock`` on ``members.lock`` for as long as it is open. A
+  process that can take it exclusively is alone: on joining it clears what dead members
+  left, on leaving it removes the directory. A joiner re-checks that the lock file it
+  holds is still the one on disk, so it never joins a directory being removed.
+
+Published bytes are kept within the byte budget by removing the least recently used
+files first. A removed file that a process still maps stays readable to it (the kernel
+keeps its pages until unmapped); the disk space is freed when the last mapping goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from typing import Any
+
+import numpy as np
+
+from ._pool import SlabKey
+
+_HEADER = 256  # bytes before the data: magic, then JSON (dtype, shape), space-padded
+_MAGIC = b"CHUTESLB"
+_SUFFIX = ".slab"
+
+
+class SharedChunks:
+    """A host-wide pool of decoded slabs under ``cache_dir`` for one archive identity."""
+
+    def __init__(self, cache_dir: str, identity: str, budget_bytes: int) -> None:
+        if not os.path.isdir(cache_dir):
+            raise FileNotFoundError(f"cache_dir {cache_dir!r} is not a directory")
+        digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
+        self.root = os.path.join(cache_dir, f"chute-{digest}")
+        self.budget_bytes = budget_bytes
+        self._members = self._join()
+
+    # -- membership ------------------------------------------------------------------
+
+    def _join(self) -> int:
+        lock_path = os.path.join(self.root, "members.lock")
+        while True:
+            os.makedirs(self.root, exist_ok=True)
+            try:
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # removed between makedirs and open: try again
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                alone = True
+            except BlockingIOError:
+                alone = False
+            if alone:
+                self._clear_stale()
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            try:
+                same = os.fstat(fd).st_ino == os.stat(lock_path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd
+            os.close(fd)  # the last member removed the directory meanwhile
+
+    def _clear_stale(self) -> None:
+        """Remove everything dead members left (alone, so nothing here is in use)."""
+        for entry in os.scandir(self.root):
+            if entry.name != "members.lock":
+                os.unlink(entry.path)
+
+    def close(self) -> None:
+        """Leave; the last member to leave removes the directory."""
+        fd, self._members = self._members, -1
+        if fd < 0:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return
+        shutil.rmtree(self.root, ignore_errors=True)
+        os.close(fd)
+
+    # -- slabs -----------------------------------------------------------------------
+
+    def _path(self, key: SlabKey) -> str:
+        name = hashlib.sha256(key[0].encode()).hexdigest()[:16]
+        return os.path.join(self.root, f"{name}-{key[1]}")
+
+    def load(self, key: SlabKey) -> np.ndarray | None:
+        """The published slab, mapped read-only; ``None`` if absent or not whole."""
+        path = self._path(key) + _SUFFIX
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, _HEADER, 0)
+            meta = _parse_header(head)
+            if meta is None:
+                return None
+            dtype, shape = meta
+            if size != _HEADER + int(np.prod(shape)) * dtype.itemsize:
+                return None
+            os.utime(fd)  # most recently used
+            if size == _HEADER:
+                return np.zeros(shape, dtype=dtype)
+            mapped: np.ndarray = np.memmap(path, dtype=dtype, mode="r", offset=_HEADER, shape=shape)
+            return mapped
+        finally:
+            os.close(fd)
+
+    def try_lock(self, key: SlabKey) -> int | None:
+        """Take the slab's decode lock without waiting: its fd, or ``None`` if held."""
+        fd = os.open(self._path(key) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+    @staticmethod
+    def unlock(fd: int) -> None:
+        os.close(fd)  # closing the only descriptor drops its flock
+
+    def publish(self, key: SlabKey, data: np.ndarray) -> np.ndarray:
+        """Write ``data`` for the other processes and return it mapped from the file; if
+        it cannot be kept within the budget or the disk is full, ``data`` as it is."""
+        data = np.ascontiguousarray(data)
+        final = self._path(key) + _SUFFIX
+        tmp = f"{self._path(key)}.tmp-{uuid.uuid4().hex}"
+        try:
+            if not self._reserve(tmp, _HEADER + data.nbytes):
+                return data
+            with open(tmp, "r+b") as f:
+                f.write(_header(data))
+                f.write(data.data.cast("B"))
+            os.replace(tmp, final)  # whole, or not there at all
+        except OSError as exc:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                return data
+            raise
+        mapped = self.load(key) if data.nbytes else None
+        return data if mapped is None else mapped  # evicted meanwhile: keep the heap copy
+
+    def _reserve(self, tmp: str, nbytes: int) -> bool:
+        """Create ``tmp`` at ``nbytes`` once that fits in the budget, removing the least
+        recently used slabs to make room; ``False`` if it cannot fit.
+
+        Files being written count with their final size, so processes publishing at the
+        same time cannot overshoot the budget together.
+        """
+        if nbytes > self.budget_bytes:
+            return False
+        lock = os.open(os.path.join(self.root, "evict.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            files: list[tuple[float, int, str]] = []
+            used = 0
+            for entry in os.scandir(self.root):
+                if entry.name.endswith(_SUFFIX) or ".tmp-" in entry.name:
+                    try:
+                        st = entry.stat()
+                    except FileNotFoundError:
+                        continue
+                    used += st.st_size
+                    if entry.name.endswith(_SUFFIX):
+                        files.append((st.st_mtime, st.st_size, entry.path))
+            for _, size, path in sorted(files):
+                if used + nbytes <= self.budget_bytes:
+                    break
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                used -= size
+            if used + nbytes > self.budget_bytes:
+                return False
+            with open(tmp, "wb") as f:
+                f.truncate(nbytes)
+            return True
+        finally:
+            os.close(lock)
+
+
+def _header(data: np.ndarray) -> bytes:
+    text = json.dumps({"dtype": data.dtype.str, "shape": list(data.shape)}).encode()
+    head = _MAGIC + text
+    if len(head) > _HEADER:
+        raise ValueError(f"slab of shape {data.shape} has too many axes to cache on disk")
+    return head.ljust(_HEADER, b" ")
+
+
+def _parse_header(head: bytes) -> tuple[np.dtype[Any], tuple[int, ...]] | None:
+    if len(head) != _HEADER or not head.startswith(_MAGIC):
+        return None
+    try:
+        meta = json.loads(head[len(_MAGIC) :])
+        return np.dtype(meta["dtype"]), tuple(int(n) for n in meta["shape"])
+    except (ValueError, KeyError, TypeError):
+        return None
