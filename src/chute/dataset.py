@@ -151,6 +151,19 @@ class Dataset(StoreView):
             out = out[(*lead, *rest)]
         return out
 
+    def gather_into(self, indices: Any, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """``__getitems__`` written into ``out``, an array of ``(len(indices), *item_shape)``
+        and the dataset's dtype (a reused or page-locked buffer); returns ``out``."""
+        idx = np.asarray(indices)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"dataset indices must be integers, got {idx.dtype}")
+        idx = idx.reshape(-1)
+        want = (len(idx), *self._item_shape)
+        if out.shape != want or out.dtype != self._dtype:
+            raise ValueError(f"out is {out.shape} {out.dtype}, the batch is {want} {self._dtype}")
+        self._store.gather(idx, out)
+        return out
+
     def _take(self, idx: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
         out = np.empty((len(idx), *self._item_shape), self._dtype)
         self._store.gather(idx, out)

@@ -12,10 +12,11 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from chute._buffers import BatchBuffers
 from chute._sharding import Shard, resolve_shard
 from chute.sampler import Sampler, SamplerMode
 
-__all__ = ["Batch", "DataLoader", "Stream"]
+__all__ = ["Batch", "DataLoader", "GathersInto", "Stream"]
 
 Batch = dict[str, Any]
 """One batch: stream name to what the stream's ``__getitems__`` returned (after the transform)."""
@@ -33,6 +34,22 @@ class Stream(Protocol):
     def __getitems__(self, indices: npt.NDArray[np.uint64]) -> Any: ...
 
 
+@runtime_checkable
+class GathersInto(Protocol):
+    """A stream that can write a batch into a given array of ``(n, *item_shape)`` and
+    ``dtype`` (``chute.Dataset``): the loader then gathers into its recycled buffers."""
+
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+
+    @property
+    def item_shape(self) -> tuple[int, ...]: ...
+
+    def gather_into(
+        self, indices: npt.NDArray[np.uint64], out: npt.NDArray[Any]
+    ) -> npt.NDArray[Any]: ...
+
+
 class _ArrayStream:
     """An in-memory numpy array (or memory map) as a stream: one fancy-index per batch."""
 
@@ -44,8 +61,21 @@ class _ArrayStream:
     def __len__(self) -> int:
         return len(self.array)
 
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self.array.dtype
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape[1:])
+
     def __getitems__(self, indices: npt.NDArray[np.uint64]) -> npt.NDArray[Any]:
         return self.array[indices]
+
+    def gather_into(
+        self, indices: npt.NDArray[np.uint64], out: npt.NDArray[Any]
+    ) -> npt.NDArray[Any]:
+        return np.take(self.array, indices, axis=0, out=out)
 
 
 def _as_streams(streams: Mapping[str, Stream | npt.NDArray[Any]]) -> dict[str, Stream]:
@@ -125,6 +155,7 @@ class DataLoader:
         self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(
             num_threads, thread_name_prefix="chute-loader"
         )
+        self._buffers: BatchBuffers | None = None
 
     @property
     def step(self) -> int:
@@ -139,8 +170,23 @@ class DataLoader:
     def batch_at(self, step: int) -> Batch:
         """The batch of ``step``, built on the calling thread; does not move the loader."""
         indices = self.sampler.indices(step, *self._slice)
-        batch = {name: stream.__getitems__(indices) for name, stream in self.streams.items()}
-        return batch if self.transform is None else self.transform(batch)
+        batch = {name: self._gather(stream, indices) for name, stream in self.streams.items()}
+        batch = batch if self.transform is None else self.transform(batch)
+        return batch if self._buffers is None else self._buffers.adopt(batch)
+
+    def use_buffers(self, buffers: BatchBuffers | None) -> None:
+        """Gather batches into ``buffers`` (recycled, e.g. page-locked, arrays) instead of
+        fresh ones; what the transform returns is copied in too. ``None``: fresh arrays.
+        ``chute.frameworks.to_device`` sets this; an array stays out of reuse while
+        anything references it, so batches already handed out are never overwritten."""
+        self._buffers = buffers
+
+    def _gather(self, stream: Stream, indices: npt.NDArray[np.uint64]) -> Any:
+        buffers = self._buffers
+        if buffers is None or not isinstance(stream, GathersInto):
+            return stream.__getitems__(indices)
+        out = buffers.empty((len(indices), *stream.item_shape), stream.dtype)
+        return stream.gather_into(indices, out)
 
     def seek(self, step: int) -> None:
         """Make ``step`` the next batch; work queued for other steps is dropped."""

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from chute._buffers import Allocate, BatchBuffers
+
 from ._geometry import ArrayGeometry, open_geometries
 from ._plan import OrderSpec, SlabUse, sample_order, slab_use, working_set
 from ._pool import ChunkPool
@@ -69,6 +71,15 @@ class SplitView:
     @property
     def n_samples(self) -> int:
         return len(self._dataset._plan(self.name).order)
+
+    @property
+    def dataset(self) -> InSituDataset:
+        return self._dataset
+
+    @property
+    def position(self) -> int:
+        """Batches of this epoch's pass handed out so far (what ``state_dict`` records)."""
+        return self._dataset._positions[self.name]
 
     def __repr__(self) -> str:
         return f"SplitView({self.name!r}, batches={len(self)})"
@@ -212,6 +223,12 @@ class InSituDataset:
     def bad_chunks(self) -> list[str]:
         """Store keys of chunks skipped with ``on_bad_chunk="skip"``."""
         return list(self._engine.bad_chunks)
+
+    def use_allocator(self, allocate: Allocate, *, extra_batches: int = 0) -> None:
+        """Make batch arrays with ``allocate`` (page-locked memory, for
+        ``chute.frameworks.to_device``), recycling ``extra_batches`` more of them."""
+        held = _BATCHES_HELD + self.config.prefetch_depth + extra_batches
+        self._engine._outputs = BatchBuffers(held * len(self.geometries), allocate)
 
     # -- resume ------------------------------------------------------------------------
 
