@@ -25,8 +25,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chute.frameworks._tree import tree_map
-
 __all__ = ["Allocate", "BatchBuffers"]
 
 Allocate = Callable[[int], npt.NDArray[np.uint8]]
@@ -113,6 +111,7 @@ class BatchBuffers:
     def adopt(self, tree: Any) -> Any:
         """``tree`` with every numpy array not already in this ring's memory copied into it
         (arrays of Python objects pass through), so that all of a batch is in ring memory."""
+        from chute.frameworks._tree import tree_map  # here: frameworks imports this module
 
         def leaf(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
             if array.dtype.hasobject or self.owns(array):
