@@ -290,9 +290,9 @@ def test_exact_resume_and_seek_with_copies_in_flight(framework: str, device: Any
         dev.seek(2)
         assert dev.step == 2
         _same([next(dev) for _ in range(3)], want[2:5])
-    with to_device(_loader(2), device, framework=framework) as dev:  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match="different stream"):
-            dev.load_state_dict({**state, "seed": 12})
+    other = to_device(_loader(2), device, framework=framework)  # type: ignore[arg-type]
+    with other as dev, pytest.raises(ValueError, match="different stream"):
+        dev.load_state_dict({**state, "seed": 12})
 
 
 def test_options_are_checked() -> None:
