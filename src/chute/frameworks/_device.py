@@ -15,9 +15,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from chute._buffers import Allocate, BatchBuffers
+
+if TYPE_CHECKING:
+    from chute.loader import DataLoader
 
 __all__ = ["DeviceLoader", "DeviceView", "Mover", "Ticket", "to_device"]
 
@@ -255,6 +258,7 @@ class DeviceView:
                 after = pipe.ahead[0].after
                 batch = pipe.pop()
                 self._delivered = after
+                pipe.fill(it.__next__, self._position)  # the next copy starts first
                 yield batch
         finally:
             ended = pipe.exhausted and not pipe.ahead
@@ -294,6 +298,26 @@ class DeviceView:
 def _framework(device: Any) -> Literal["torch", "jax"]:
     root = type(device).__module__.split(".")[0]
     return "jax" if root in ("jax", "jaxlib") else "torch"
+
+
+@overload
+def to_device(
+    source: DataLoader,
+    device: Any = None,
+    *,
+    depth: int = 2,
+    framework: Literal["torch", "jax"] | None = None,
+) -> DeviceLoader: ...
+
+
+@overload
+def to_device(
+    source: Iterable[Any],
+    device: Any = None,
+    *,
+    depth: int = 2,
+    framework: Literal["torch", "jax"] | None = None,
+) -> DeviceView: ...
 
 
 def to_device(
