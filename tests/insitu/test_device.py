@@ -129,5 +129,5 @@ def test_an_error_ends_the_pass_after_the_batches_before_it(
 def test_a_dataset_itself_is_not_a_source(archive: Path) -> None:
     with dataset(archive, **KW) as ds:
         assert isinstance(ds, InSituDataset)
-        with pytest.raises(TypeError, match="ds.train"):
+        with pytest.raises(TypeError, match=r"ds\.train"):
             to_device(ds, "cpu")
