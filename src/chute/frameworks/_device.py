@@ -11,6 +11,7 @@ once its copy has completed (the copy's own event, never a device-wide synchroni
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -111,25 +112,38 @@ class _Pipeline:
             self.reap()
 
     def reap(self) -> None:
-        """Release the host buffers of completed copies; wait for the oldest beyond ``depth``."""
+        """Release the host buffers of completed copies; wait for the oldest beyond ``depth``.
+        A failed copy is dropped, then its error raised."""
         copying = self.copying
         while copying:
             ticket = copying[0].ticket
             assert ticket is not None
-            if len(copying) > self.depth:
-                ticket.wait()
-            elif not ticket.done():
-                return
+            try:
+                if len(copying) > self.depth:
+                    ticket.wait()
+                elif not ticket.done():
+                    return
+            except BaseException:
+                copying.popleft()
+                raise
             copying.popleft()
 
-    def drain(self) -> None:
-        """Wait for every copy started, then drop all batches (seek, resume, close)."""
-        pending = [*self.copying, *self.ahead]
+    def drain(self, quiet: bool = False) -> None:
+        """Wait for every copy started, then drop all batches (seek, resume, close). The
+        first failure of a delivered batch's copy is raised afterwards unless ``quiet``."""
+        delivered, ahead = list(self.copying), list(self.ahead)
         self.copying.clear()
         self.ahead.clear()
-        for entry in pending:
+        failure: BaseException | None = None
+        for entry in delivered + ahead:
             if entry.ticket is not None:
-                entry.ticket.wait()
+                try:
+                    entry.ticket.wait()
+                except BaseException as error:
+                    if failure is None and entry in delivered:
+                        failure = error
+        if failure is not None and not quiet:
+            raise failure
 
 
 def _check_depth(depth: int) -> int:
@@ -179,7 +193,7 @@ class DeviceLoader:
         try:
             batch = pipe.pop()
         except BaseException:
-            pipe.drain()
+            pipe.drain(quiet=True)
             self.loader.seek(at)  # stay at the failed step, as the loader itself does
             raise
         pipe.fill(self._take, self._loader_step)  # the next copy starts before we return
@@ -263,7 +277,7 @@ class DeviceView:
         finally:
             ended = pipe.exhausted and not pipe.ahead
             delivered, self._delivered = self._delivered, None
-            pipe.drain()
+            pipe.drain(quiet=sys.exc_info()[0] is not None)
             close = getattr(it, "close", None)
             if close is not None:
                 close()
