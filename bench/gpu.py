@@ -62,6 +62,9 @@ def ensure_core() -> None:
             [sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=REPO, check=True
         )
         importlib.invalidate_caches()
+        for name in [m for m in sys.modules if m == "chute" or m.startswith("chute.")]:
+            del sys.modules[name]  # the failed import left parts of the package behind
+        importlib.import_module("chute._native._zrecord")
 
 
 def install_wheels(folder: str) -> None:
@@ -162,6 +165,16 @@ def store_rows(b: Bench, root: Path, threads: int, batch: int, n: int) -> dict[s
         with to_device(loader(codec), b.device, depth=2) as dev:
             rows[f"**chute to_device(DataLoader) ({codec})**"] = b.rate(
                 lambda dev=dev: next(dev)["x"].nbytes
+            )
+
+    jax = optional("jax")
+    if jax is None:
+        rows["chute to_device(DataLoader) (zstd), JAX"] = "skipped: JAX not installed"
+    else:
+        target = jax.devices("gpu" if b.cuda else "cpu")[0]
+        with to_device(loader("zstd"), target, depth=2) as dev:
+            rows["chute to_device(DataLoader) (zstd), JAX"] = b.rate(
+                lambda dev=dev: jax.block_until_ready(next(dev)["x"]).nbytes
             )
 
     loaderx = optional("loaderx")
