@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import chute
 from chute import DataLoader
@@ -326,3 +328,53 @@ def test_any_iterable_of_batches_goes_through_a_device_view() -> None:
         assert all(b["tag"] == "b" for b in got)
     with pytest.raises(TypeError, match="no state"):
         view.state_dict()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    threads=st.integers(1, 4),
+    depth=st.integers(1, 4),
+    prefetch=st.integers(1, 5),
+    ops=st.lists(
+        st.one_of(
+            st.just(("next", 0)),
+            st.tuples(st.just("seek"), st.integers(0, 40)),
+            st.just(("resume", 0)),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+)
+def test_any_sequence_of_next_seek_and_resume_matches_the_cpu_loader(
+    threads: int, depth: int, prefetch: int, ops: list[tuple[str, int]]
+) -> None:
+    reference = _loader(1)
+    dev = to_device(_loader(threads, prefetch=prefetch), "cpu", depth=depth)
+    try:
+        for op, arg in ops:
+            if op == "next":
+                want, got = next(reference), next(dev)
+                _same([got], [want])
+            elif op == "seek":
+                reference.seek(arg)
+                dev.seek(arg)
+            else:  # save, drop the device loader, resume in a fresh one
+                state = dev.state_dict()
+                dev.close()
+                dev = to_device(_loader(threads, prefetch=prefetch), "cpu", depth=depth)
+                dev.load_state_dict(state)
+            assert dev.step == reference.step
+    finally:
+        dev.close()
+        reference.close()
+
+
+def test_closing_closes_the_loader_and_returns_it_to_fresh_arrays() -> None:
+    loader = _loader(2)
+    dev = to_device(loader, "cpu")
+    next(dev)
+    assert loader._buffers is not None
+    dev.close()
+    assert loader._buffers is None
+    with pytest.raises(RuntimeError, match="closed"):
+        next(loader)

@@ -23,7 +23,7 @@ from chute._buffers import Allocate, BatchBuffers
 if TYPE_CHECKING:
     from chute.loader import DataLoader
 
-__all__ = ["DeviceLoader", "DeviceView", "Mover", "Ticket", "to_device"]
+__all__ = ["DeviceLoader", "DeviceView", "to_device"]
 
 
 class Ticket(Protocol):
