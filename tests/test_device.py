@@ -318,6 +318,18 @@ def test_options_are_checked() -> None:
         assert isinstance(next(dev)["x"], jax.Array)
 
 
+def test_jax_batches_go_into_a_sharding() -> None:
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:1]), ("batch",))
+    sharding = NamedSharding(mesh, PartitionSpec("batch"))
+    want = _reference(3)
+    with to_device(_loader(2), sharding, depth=2) as dev:
+        got = [next(dev) for _ in range(3)]
+    assert all(b["x"].sharding == sharding for b in got)
+    _same(got, want)
+
+
 def test_any_iterable_of_batches_goes_through_a_device_view() -> None:
     batches = [{"x": np.full((2, 2), i, np.float32), "tag": "b"} for i in range(5)]
     view = to_device(batches, "cpu", depth=2)

@@ -214,9 +214,11 @@ class DeviceLoader:
 
     def close(self) -> None:
         """Wait for the copies in flight, then close the loader."""
-        self._pipe.drain()
-        self.loader.use_buffers(None)
-        self.loader.close()
+        try:
+            self._pipe.drain()
+        finally:
+            self.loader.use_buffers(None)
+            self.loader.close()
 
     def __enter__(self) -> DeviceLoader:
         return self
@@ -277,12 +279,13 @@ class DeviceView:
         finally:
             ended = pipe.exhausted and not pipe.ahead
             delivered, self._delivered = self._delivered, None
-            pipe.drain(quiet=sys.exc_info()[0] is not None)
+            quiet = sys.exc_info()[0] is not None
             close = getattr(it, "close", None)
             if close is not None:
                 close()
             if not ended and delivered is not None:
                 self._rewind(delivered)
+            pipe.drain(quiet=quiet)
 
     def _rewind(self, position: int) -> None:
         """After a pass cut short (an error, a break), put the view back at the batches
