@@ -72,8 +72,10 @@ def to_jax(batch: Any, device: Any = None) -> Any:
     """The batch with every numpy array as a ``jax.Array``, zero-copy where XLA accepts the
     buffer (CPU, aligned, compact), else copied once; ``device`` places it (default: JAX's).
 
-    With x64 off, 64-bit arrays are narrowed to 32 bits (a copy), with a warning the first
-    time per dtype; an integer that does not fit raises `chute.errors.NarrowingError`.
+    With 64-bit types off (JAX's default) JAX holds int64/uint64/float64/complex128 as their
+    32-bit kinds and would silently wrap integers that do not fit; here they are narrowed
+    (a copy) with a warning the first time per dtype, and an integer that does not fit
+    raises `chute.errors.NarrowingError`. With ``jax_enable_x64`` on they are kept.
 
     >>> import numpy as np
     >>> to_jax({"x": np.arange(3, dtype=np.int32)})["x"].dtype
