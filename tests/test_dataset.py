@@ -132,3 +132,67 @@ def test_verify_flag_reads_clean_data(tmp_path: Path) -> None:
     with chute.Dataset(tmp_path / "v.zr", verify=True) as v:
         assert np.array_equal(v[[3, 4]], ARRAY[[3, 4]])
     ds.close()
+
+
+def test_array_properties_match_numpy(ds: Dataset) -> None:
+    assert (ds.ndim, ds.size, ds.nbytes) == (ARRAY.ndim, ARRAY.size, ARRAY.nbytes)
+
+
+def test_a_file_is_not_a_store(tmp_path: Path) -> None:
+    np.save(tmp_path / "images.npy", ARRAY)
+    with pytest.raises(StoreNotFoundError, match=r"images\.npy is a file, not a chute store"):
+        Dataset(tmp_path / "images.npy")
+    with pytest.raises(FileNotFoundError):  # what loaderx raises for it too
+        chute.RaggedDataset(tmp_path / "images.npy")
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
+def test_append_mode_adds_rows_and_keeps_the_codec(tmp_path: Path, codec: str) -> None:
+    path = tmp_path / "a.zr"
+    write_dataset(path, ARRAY[:25], codec=codec).close()
+    before = (path / "schema.json").read_bytes()
+    with write_dataset(path, ARRAY[25:], mode="a") as ds:
+        assert np.array_equal(ds[:], ARRAY)
+        counts = ds.store.stats()["codecs"]
+        assert {k for k, v in counts.items() if v} <= {codec, "raw"}
+    assert (path / "schema.json").read_bytes() == before
+    with write_dataset(tmp_path / "new.zr", ARRAY, mode="a") as fresh:  # creates when missing
+        assert len(fresh) == 40
+
+
+def test_append_mode_checks_the_schema(tmp_path: Path) -> None:
+    path = tmp_path / "a.zr"
+    write_dataset(path, ARRAY).close()
+    with pytest.raises(
+        chute.SchemaMismatchError, match=r"float32 records of shape \(2, 3\); cannot append float64"
+    ):
+        write_dataset(path, ARRAY.astype(np.float64), mode="a")
+    with pytest.raises(
+        chute.SchemaMismatchError, match=r"cannot append float32 records of shape \(3, 2\)"
+    ):
+        write_dataset(path, ARRAY.reshape(40, 3, 2), mode="a")
+    with pytest.raises(ValueError, match="written with codec 'zstd'; appending keeps it"):
+        write_dataset(path, ARRAY, codec="raw", mode="a")
+    with pytest.raises(ValueError, match="pick one"):
+        write_dataset(path, ARRAY, mode="a", overwrite=True)
+    with pytest.raises(ValueError, match="mode must be 'w'"):
+        write_dataset(path, ARRAY, mode="x")  # type: ignore[arg-type]
+    with pytest.raises(FileExistsError, match="mode='a' to append to it or overwrite=True"):
+        write_dataset(path, ARRAY)
+    assert len(Dataset(path)) == 40  # every refusal left the store as it was
+    chute.write_ragged(tmp_path / "r.zr", [np.arange(3)]).close()
+    with pytest.raises(chute.StoreKindError, match="append with write_ragged"):
+        write_dataset(tmp_path / "r.zr", np.zeros((2, 3)), mode="a")
+
+
+def test_ragged_append_mode(tmp_path: Path) -> None:
+    path = tmp_path / "r.zr"
+    seqs = [np.arange(n, dtype=np.int32) for n in (3, 0, 5, 2)]
+    chute.write_ragged(path, seqs[:2]).close()
+    with chute.write_ragged(path, seqs[2:], mode="a") as r:
+        assert len(r) == 4 and all(np.array_equal(r[i], s) for i, s in enumerate(seqs))
+    with pytest.raises(chute.SchemaMismatchError, match="cannot append variable-length int64"):
+        chute.write_ragged(path, [np.arange(3, dtype=np.int64)], mode="a")
+    with pytest.raises(chute.StoreKindError, match="append with write_dataset"):
+        chute.write_ragged(tmp_path / "f.zr" if write_dataset(tmp_path / "f.zr", ARRAY) else path,
+                           seqs, mode="a")  # fmt: skip

@@ -390,3 +390,17 @@ def test_closing_closes_the_loader_and_returns_it_to_fresh_arrays() -> None:
     assert loader._buffers is None
     with pytest.raises(RuntimeError, match="closed"):
         next(loader)
+
+
+@pytest.mark.parametrize("last", ["partial", "pad"])
+def test_an_evaluation_pass_goes_through_the_device_stage_once_in_order(last: str) -> None:
+    from chute import iterate
+
+    want = list(iterate(DATA, 50, last=last, num_threads=1))  # type: ignore[arg-type]
+    with to_device(iterate(DATA, 50, last=last, num_threads=3), "cpu", depth=3) as dev:  # type: ignore[arg-type]
+        got = list(dev)
+        assert next(dev, None) is None  # finished, and stays so
+        _same(got, want)
+        dev.seek(2)  # seek starts it again, from there
+        _same(list(dev), want[2:])
+    assert sum(len(b["y"]) for b in got) >= N

@@ -12,14 +12,17 @@ from chute.errors import (
     ChecksumError,
     ChuteError,
     CorruptStoreError,
+    RecordIndexError,
+    SchemaMismatchError,
     StoreClosedError,
     StoreError,
+    StoreKindError,
     StoreLockedError,
     StoreNotFoundError,
 )
-from chute.loader import DataLoader
+from chute.loader import DataLoader, EvalPass, iterate, split
 from chute.ragged import RaggedDataset, pad, write_ragged
-from chute.sampler import Sampler
+from chute.sampler import Sampler, SamplerLike, StepSampler, WeightedSampler
 from chute.store import Codec, RecordStore
 
 __all__ = [
@@ -29,14 +32,23 @@ __all__ = [
     "CorruptStoreError",
     "DataLoader",
     "Dataset",
+    "EvalPass",
     "RaggedDataset",
+    "RecordIndexError",
     "RecordStore",
     "Sampler",
+    "SamplerLike",
+    "SchemaMismatchError",
+    "StepSampler",
     "StoreClosedError",
     "StoreError",
+    "StoreKindError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "WeightedSampler",
+    "iterate",
     "pad",
+    "split",
     "write_dataset",
     "write_ragged",
 ]

@@ -12,9 +12,12 @@ __all__ = [
     "ChuteError",
     "CorruptStoreError",
     "NarrowingError",
+    "RecordIndexError",
     "RunLockedError",
+    "SchemaMismatchError",
     "StoreClosedError",
     "StoreError",
+    "StoreKindError",
     "StoreLockedError",
     "StoreNotFoundError",
     "WriterClosedError",
@@ -54,6 +57,21 @@ class CorruptStoreError(StoreError):
 
 class ChecksumError(CorruptStoreError):
     """A record decoded cleanly but its bytes differ from the CRC-32C written with it."""
+
+
+class StoreKindError(StoreError, ValueError):
+    """The store holds the other kind of records: fixed-shape for `RaggedDataset`, or
+    variable-length for `Dataset` (a ValueError, as in loaderx)."""
+
+
+class SchemaMismatchError(StoreError, ValueError):
+    """Records to append differ from the store's schema.json in dtype or record shape (a
+    ValueError, as in loaderx)."""
+
+
+class RecordIndexError(ChuteError, IndexError, RuntimeError):
+    """A record index outside the dataset. An IndexError, as in numpy; also a RuntimeError,
+    which is what loaderx raises for it, so code catching either keeps working."""
 
 
 class RunLockedError(ChuteError, RuntimeError):

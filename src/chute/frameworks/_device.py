@@ -134,6 +134,7 @@ class _Pipeline:
         delivered, ahead = list(self.copying), list(self.ahead)
         self.copying.clear()
         self.ahead.clear()
+        self.exhausted = False
         failure: BaseException | None = None
         for entry in delivered + ahead:
             if entry.ticket is not None:
@@ -153,9 +154,10 @@ def _check_depth(depth: int) -> int:
 
 
 class DeviceLoader:
-    """A `chute.DataLoader` whose batches arrive on a device (see `to_device`).
+    """A `chute.DataLoader` (or an evaluation pass, ``loader.epoch()``) whose batches arrive
+    on a device (see `to_device`).
 
-    Endless like the loader it wraps, with the same batches at the same steps: ``step`` is
+    Endless (or finite) like what it wraps, with the same batches at the same steps: ``step`` is
     the step of the batch the next ``next()`` returns, and ``state_dict`` /
     ``load_state_dict`` / ``seek`` resume exactly there, whatever is in flight. A gather or
     copy error is raised by the ``next()`` that would have returned that batch; the next
@@ -189,6 +191,9 @@ class DeviceLoader:
     def __next__(self) -> Any:
         pipe = self._pipe
         pipe.fill(self._take, self._loader_step)
+        if not pipe.ahead:  # a finished evaluation pass; seek() starts it again
+            pipe.exhausted = False
+            raise StopIteration
         at = self.step
         try:
             batch = pipe.pop()
