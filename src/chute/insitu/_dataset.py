@@ -64,6 +64,11 @@ class SplitView:
     def __iter__(self) -> Iterator[Batch]:
         return self._dataset._iterate(self.name)
 
+    @property
+    def dataset(self) -> InSituDataset:
+        """The dataset this view belongs to."""
+        return self._dataset
+
     def __len__(self) -> int:
         """Batches in the current epoch's pass (including any already consumed)."""
         return self._dataset._plan(self.name).n_batches
@@ -71,10 +76,6 @@ class SplitView:
     @property
     def n_samples(self) -> int:
         return len(self._dataset._plan(self.name).order)
-
-    @property
-    def dataset(self) -> InSituDataset:
-        return self._dataset
 
     @property
     def position(self) -> int:
