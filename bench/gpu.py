@@ -155,7 +155,9 @@ def store_rows(b: Bench, root: Path, threads: int, batch: int, n: int) -> dict[s
 
     def loader(codec: str) -> Any:
         ds = chute.Dataset(root / f"c-{codec}.zr", threads=threads)
-        return chute.DataLoader({"x": ds}, batch, sampler="iid", seed=1, num_threads=threads)
+        return chute.DataLoader(  # as many batches ahead as threads, twice: all stay busy
+            {"x": ds}, batch, sampler="iid", seed=1, num_threads=threads, prefetch=2 * threads
+        )
 
     with loader("zstd") as dl:
         rows["chute DataLoader (zstd) + to_torch(batch, device) (pageable copy)"] = b.rate(
@@ -185,6 +187,7 @@ def store_rows(b: Bench, root: Path, threads: int, batch: int, n: int) -> dict[s
             {"x": loaderx.Dataset(str(root / "l-zstd.zr"))},
             num_workers=threads,
             batch_size=batch,
+            prefetch_size=2 * threads,
             mode=2,
         )
         it = iter(lx)
