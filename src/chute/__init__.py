@@ -8,10 +8,12 @@
 """
 
 from chute.dataset import Dataset, write_dataset
+from chute.datasets import append_dataset, append_ragged
 from chute.errors import (
     ChecksumError,
     ChuteError,
     CorruptStoreError,
+    IncompleteDatasetError,
     RecordIndexError,
     SchemaMismatchError,
     StoreClosedError,
@@ -33,6 +35,7 @@ __all__ = [
     "DataLoader",
     "Dataset",
     "EvalPass",
+    "IncompleteDatasetError",
     "RaggedDataset",
     "RecordIndexError",
     "RecordStore",
@@ -46,6 +49,8 @@ __all__ = [
     "StoreLockedError",
     "StoreNotFoundError",
     "WeightedSampler",
+    "append_dataset",
+    "append_ragged",
     "iterate",
     "pad",
     "split",

@@ -48,15 +48,20 @@ def read_schema(path: Path) -> dict[str, Any]:
         raise StoreNotFoundError(f"{path} has no schema.json: not a dataset") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise CorruptStoreError(f"{file} is not valid JSON: {e}") from None
+    return parse_schema(doc, str(file))
+
+
+def parse_schema(doc: Any, where: str) -> dict[str, Any]:
+    """Check a schema document (schema.json's, or a sharded manifest's) and type its fields."""
     if not isinstance(doc, dict) or "dtype" not in doc:
-        raise CorruptStoreError(f"{file} does not describe a dataset (no 'dtype')")
+        raise CorruptStoreError(f"{where} does not describe a dataset (no 'dtype')")
     try:
         doc["dtype"] = np.dtype(doc["dtype"])
         for key in ("shape", "item_shape"):
             if key in doc:
                 doc[key] = tuple(int(d) for d in doc[key])
     except (TypeError, ValueError) as e:
-        raise CorruptStoreError(f"{file}: bad dtype or shape: {e}") from None
+        raise CorruptStoreError(f"{where}: bad dtype or shape: {e}") from None
     return doc
 
 

@@ -1,4 +1,5 @@
-"""What `Dataset` and `RaggedDataset` share: a read-only store with a dtype and a row shape."""
+"""What `Dataset` and `RaggedDataset` share: a read-only store (or sharded dataset) with a
+dtype and a row shape."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._schema import read_schema
+from chute.datasets import ShardedStore, is_sharded
 from chute.errors import RecordIndexError, StoreKindError
 from chute.store import RecordStore
 
@@ -38,7 +40,8 @@ class StoreView:
         self, path: str | os.PathLike[str], *, verify: bool = False, threads: int | None = None
     ) -> None:
         path = Path(path)
-        schema = read_schema(path)
+        sharded = ShardedStore(path, verify=verify, threads=threads) if is_sharded(path) else None
+        schema = sharded.schema if sharded is not None else read_schema(path)
         if bool(schema.get("ragged")) != self._ragged:
             kind, opener = (
                 ("variable-length", "RaggedDataset")
@@ -55,7 +58,11 @@ class StoreView:
         self._item_shape: tuple[int, ...] = schema.get(
             "item_shape" if self._ragged else "shape", ()
         )
-        self._store = RecordStore(path, mode="r", verify=verify, threads=threads)
+        self._store: RecordStore | ShardedStore = (
+            sharded
+            if sharded is not None
+            else RecordStore(path, mode="r", verify=verify, threads=threads)
+        )
 
     @property
     def path(self) -> Path:
@@ -76,8 +83,8 @@ class StoreView:
         return self._item_shape
 
     @property
-    def store(self) -> RecordStore:
-        """The underlying record store (read-only)."""
+    def store(self) -> RecordStore | ShardedStore:
+        """The underlying record store, or the shards of a sharded dataset (read-only)."""
         return self._store
 
     def __len__(self) -> int:

@@ -1,4 +1,5 @@
-"""The ``chute`` command: convert, inspect, verify and compact stores; ``chute metrics ...``."""
+"""The ``chute`` command: convert, inspect, verify and compact stores and sharded datasets;
+``chute metrics ...``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import numpy as np
 
 from chute._schema import read_schema
 from chute.dataset import write_dataset
+from chute.datasets import is_sharded
+from chute.datasets._cli import COMMANDS as SHARDED_COMMANDS
 from chute.errors import ChuteError
 from chute.store import RecordStore
 from chute.store._format import CODEC_NAMES
@@ -130,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics_cli = importlib.import_module("chute.metrics._cli")
         return int(metrics_cli.main(args_list[1:]))
     args = _parser().parse_args(args_list)
+    if args.command in SHARDED_COMMANDS and is_sharded(args.store):
+        args.run = SHARDED_COMMANDS[args.command]
     try:
         return int(args.run(args))
     except (ChuteError, OSError, ValueError) as e:

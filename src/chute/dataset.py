@@ -14,6 +14,9 @@ from tqdm import tqdm
 
 from chute._schema import WriteMode, open_for_writing
 from chute._view import StoreView, check_indices
+from chute.datasets import is_sharded
+from chute.datasets._append import write_sharded
+from chute.datasets._write import check_sharding, remove_dataset_files
 from chute.store import Codec
 from chute.store._codec import sample_rows
 from chute.store._format import MAX_RECORD
@@ -35,6 +38,8 @@ def write_dataset(
     level: int | None = None,
     overwrite: bool = False,
     progress: bool | None = None,
+    shard_records: int | None = None,
+    workers: int | None = None,
 ) -> Dataset:
     """Write ``array`` as one record per slice along axis 0 and return it opened.
 
@@ -48,6 +53,10 @@ def write_dataset(
     ``mode="w"`` writes a new store and refuses an existing one unless ``overwrite=True``;
     ``mode="a"`` appends to an existing store (or creates it), after checking that the
     array's dtype and row shape are the store's (`SchemaMismatchError` otherwise).
+
+    ``shard_records=N`` writes a sharded dataset (stores of N records each and a manifest,
+    see `chute.datasets`), ``workers`` shards at a time in a process pool; ``mode="a"``
+    on a sharded dataset appends to it (`chute.append_dataset`).
 
     >>> import tempfile, numpy as np
     >>> rows = np.arange(12, dtype=np.int16).reshape(4, 3)
@@ -67,6 +76,17 @@ def write_dataset(
     row_bytes = dtype.itemsize * math.prod(shape[1:])
     if row_bytes > MAX_RECORD:
         raise ValueError(f"one row is {row_bytes} bytes; the Zrecord format caps a record at 1 MiB")
+    check_sharding(shard_records, workers)
+    if shard_records is not None or (mode == "a" and is_sharded(path)):
+        options = {"codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size}
+        options["level"] = level
+        write_sharded(
+            path, "fixed", array, mode=mode, overwrite=overwrite,
+            shard_records=shard_records, workers=workers, options=options,
+        )  # fmt: skip
+        return Dataset(path)
+    if overwrite and is_sharded(path):
+        remove_dataset_files(path)
     n = shape[0]
     rows_per_step = max(1, chunk_bytes // max(row_bytes, 1))
     total = n * row_bytes

@@ -11,6 +11,7 @@ __all__ = [
     "ChecksumError",
     "ChuteError",
     "CorruptStoreError",
+    "IncompleteDatasetError",
     "NarrowingError",
     "RecordIndexError",
     "RunLockedError",
@@ -57,6 +58,10 @@ class CorruptStoreError(StoreError):
 
 class ChecksumError(CorruptStoreError):
     """A record decoded cleanly but its bytes differ from the CRC-32C written with it."""
+
+
+class IncompleteDatasetError(CorruptStoreError):
+    """A sharded dataset whose write has not finished: shards on disk but no manifest yet."""
 
 
 class StoreKindError(StoreError, ValueError):

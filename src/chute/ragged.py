@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,9 @@ import numpy.typing as npt
 
 from chute._schema import WriteMode, open_for_writing
 from chute._view import StoreView, check_indices
+from chute.datasets import is_sharded
+from chute.datasets._append import write_sharded
+from chute.datasets._write import check_sharding, remove_dataset_files
 from chute.errors import CorruptStoreError
 from chute.store import Codec, RecordStore
 from chute.store._format import MAX_RECORD
@@ -65,6 +69,8 @@ def write_ragged(
     mode: WriteMode = "w",
     level: int | None = None,
     overwrite: bool = False,
+    shard_records: int | None = None,
+    workers: int | None = None,
 ) -> RaggedDataset:
     """Write an iterable of variable-length arrays, one record each, and return it opened.
 
@@ -74,10 +80,14 @@ def write_ragged(
     ``"raw"`` or ``"zstd_dict"`` (the dictionary is trained on the first chunk's records);
     the default is ``"zstd"``, or the store's own codec when appending. ``mode`` is as in
     `write_dataset`: ``"a"`` appends records of the store's dtype and row shape.
+    ``shard_records=N`` writes a sharded dataset of N records per store, ``workers`` shards
+    at a time in a process pool (see `chute.datasets`); ``mode="a"`` on a sharded dataset
+    appends to it (`chute.append_ragged`).
     """
     path = Path(path)
     want_dtype = None if dtype is None else np.dtype(dtype)
     want_shape = None if item_shape is None else tuple(int(d) for d in item_shape)
+    check_sharding(shard_records, workers)
     records = _records(arrays, want_dtype, want_shape)
     first = next(records, None)
     if first is None and (want_dtype is None or want_shape is None):
@@ -87,6 +97,19 @@ def write_ragged(
     assert set_dtype is not None and set_shape is not None
     if set_dtype.hasobject:
         raise TypeError(f"dtype {set_dtype} holds Python objects; only plain dtypes can be stored")
+    if shard_records is not None or (mode == "a" and is_sharded(path)):
+        options = {
+            "codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size, "level": level,
+            "dtype": set_dtype, "item_shape": set_shape,
+        }  # fmt: skip
+        rest = _within_cap(chain([first[0]] if first else [], (r for r, _, _ in records)))
+        write_sharded(
+            path, "ragged", rest, mode=mode, overwrite=overwrite,
+            shard_records=shard_records, workers=workers, options=options,
+        )  # fmt: skip
+        return RaggedDataset(path)
+    if overwrite and is_sharded(path):
+        remove_dataset_files(path)
     fields = {"ragged": True, "dtype": set_dtype.str, "item_shape": list(set_shape)}
     store, c = open_for_writing(
         path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
@@ -103,6 +126,16 @@ def write_ragged(
             size += record.nbytes
         _flush(store, pending, written, c, dict_size)
     return RaggedDataset(path)
+
+
+def _within_cap(records: Iterable[npt.NDArray[Any]]) -> Iterator[npt.NDArray[Any]]:
+    """The records, checked against the format's record cap by their index in the set."""
+    for i, record in enumerate(records):
+        if record.nbytes > MAX_RECORD:
+            raise ValueError(
+                f"record {i} is {record.nbytes} bytes; the Zrecord format caps a record at 1 MiB"
+            )
+        yield record
 
 
 def _flush(
