@@ -80,10 +80,16 @@ def test_same_batches_in_step_order_for_any_threads_and_depth(
     assert all(isinstance(v, kind) for b in got for v in b.values())
 
 
-def test_store_datasets_gather_straight_into_the_ring(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shard_records", [None, 70])
+def test_store_datasets_gather_straight_into_the_ring(
+    tmp_path: Path, shard_records: int | None
+) -> None:
     images = np.random.default_rng(0).integers(0, 255, (N, 3, 8, 8), dtype=np.uint8)
+    written = chute.write_dataset(
+        tmp_path / "i.zr", images, progress=False, shard_records=shard_records
+    )
     streams = {
-        "img": chute.write_dataset(tmp_path / "i.zr", images, progress=False),
+        "img": written,
         "label": chute.write_dataset(tmp_path / "l.zr", np.arange(N) % 7, codec="raw"),
     }
     want = _reference(12, streams=streams)
