@@ -19,7 +19,7 @@ On a GPU host (no network needed; it builds chute's compiled core in place with
 and its needs for the insitu rows); a contender whose package is missing is reported as
 skipped. Writes bench/results/gpu.md. Without CUDA, ``--cpu-smoke`` runs every path at a
 tiny size with ``device="cpu"`` (pinned and copy rows skipped) to show the script works,
-and writes bench/results/gpu-smoke.md.
+and writes bench/data/gpu-smoke.md (ignored by git).
 """
 
 from __future__ import annotations
@@ -394,8 +394,8 @@ def main() -> None:
         + "\n"
     )  # fmt: skip
     print(text)
-    out = HERE / "results" / ("gpu-smoke.md" if smoke else "gpu.md")
-    out.parent.mkdir(exist_ok=True)
+    out = HERE / "data" / "gpu-smoke.md" if smoke else HERE / "results" / "gpu.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print("wrote", out)
 
