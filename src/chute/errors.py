@@ -13,8 +13,10 @@ __all__ = [
     "CorruptStoreError",
     "IncompleteDatasetError",
     "NarrowingError",
+    "PlotError",
     "RecordIndexError",
     "RunLockedError",
+    "RunNotFoundError",
     "SchemaMismatchError",
     "StoreClosedError",
     "StoreError",
@@ -98,3 +100,12 @@ class BadChunkError(ChuteError, RuntimeError):
 class NarrowingError(ChuteError, ValueError):
     """A value does not fit the narrower dtype a framework would hold it in (JAX with
     64-bit types off)."""
+
+
+class PlotError(ChuteError, ValueError):
+    """A curve cannot be drawn as asked: a text metric, a missing metric or x axis, an x
+    that does not increase, a smoothing factor out of range, or an unwritable image type."""
+
+
+class RunNotFoundError(ChuteError, FileNotFoundError):
+    """No metric run, and no folder to search for runs, at the given path."""
