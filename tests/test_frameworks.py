@@ -46,6 +46,7 @@ def _aligned(array: np.ndarray, alignment: int = 64) -> np.ndarray:
     return out
 
 
+@pytest.mark.filterwarnings("ignore:JAX has 64-bit types off")
 def test_to_jax_zero_copy_on_cpu() -> None:
     # XLA adopts a host buffer in place when it is aligned (numpy only guarantees 16 bytes).
     batch = _batch()
@@ -58,6 +59,7 @@ def test_to_jax_zero_copy_on_cpu() -> None:
     assert out["name"] == "kept"
 
 
+@pytest.mark.filterwarnings("ignore:JAX has 64-bit types off")
 @pytest.mark.parametrize("convert", [to_torch, to_jax])
 def test_arrays_dlpack_refuses_are_copied(convert: object) -> None:
     readonly = np.arange(6, dtype=np.int64)
@@ -80,3 +82,60 @@ def test_core_imports_no_framework() -> None:
     code = "import sys, chute; print(sorted(m for m in ('torch', 'jax') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget which dtypes were already warned about (the warning comes once per process)."""
+    from chute.frameworks import _jax
+
+    monkeypatch.setattr(_jax, "_warned", set())
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_to_jax_narrows_64_bit_arrays_visibly_once() -> None:
+    from chute.errors import ChuteError, NarrowingError
+
+    big = np.array([1, 2**31 - 1, -(2**31)], dtype=np.int64)
+    with pytest.warns(UserWarning, match="arrays become") as seen:
+        out = to_jax({"a": big, "b": big[:2].copy(), "f": np.arange(3.0)})
+    messages = sorted(str(w.message).split(": ")[1].split(" (")[0] for w in seen)
+    assert messages == ["float64 arrays become float32", "int64 arrays become int32"]
+    assert out["a"].dtype == np.int32 and np.asarray(out["a"]).tolist() == big.tolist()
+    assert out["f"].dtype == np.float32
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second batch: no second warning
+        to_jax({"a": big})
+    for overflow in (np.array([2**31], np.int64), np.array([2**40], np.uint64)):
+        with pytest.raises(NarrowingError, match="jax_enable_x64") as info:
+            to_jax({"ids": overflow})
+        assert isinstance(info.value, ChuteError) and isinstance(info.value, ValueError)
+
+
+def test_to_jax_keeps_64_bits_when_x64_is_on() -> None:
+    code = (
+        "import jax, numpy as np, warnings; jax.config.update('jax_enable_x64', True);"
+        "warnings.simplefilter('error'); from chute.frameworks import to_jax;"
+        "a = to_jax({'a': np.array([2**40], np.int64)})['a'];"
+        "print(a.dtype, int(a[0]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["int64", str(2**40)]
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_the_jax_device_stage_narrows_the_same_way() -> None:
+    from chute.errors import NarrowingError
+    from chute.frameworks import to_device
+
+    streams = {"y": np.arange(40, dtype=np.int64)}
+    dev = to_device(DataLoader(streams, batch_size=4), framework="jax")
+    with pytest.warns(UserWarning, match="int64"), dev:
+        assert next(dev)["y"].dtype == np.int32
+    huge = {"y": np.full(40, 2**35, dtype=np.int64)}
+    with to_device(DataLoader(huge, batch_size=4), framework="jax") as dev:
+        with pytest.raises(NarrowingError):
+            next(dev)
+        assert dev.step == 0

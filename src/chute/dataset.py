@@ -140,12 +140,31 @@ class Dataset(StoreView):
 
     def __getitems__(self, indices: Any) -> npt.NDArray[Any]:
         """A batch ``(n, *item_shape)`` for a flat sequence of indices: one native call."""
+        return self._take(self._flat(indices))
+
+    def gather_into(self, indices: Any, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """``__getitems__`` written into ``out``, an array of ``(len(indices), *item_shape)``
+        and the dataset's dtype (a reused or page-locked buffer); returns ``out``.
+
+        >>> import tempfile, numpy as np
+        >>> ds = write_dataset(tempfile.mkdtemp() + "/x.zr", np.arange(6).reshape(3, 2))
+        >>> ds.gather_into([2, 0], np.empty((2, 2), ds.dtype)).tolist()
+        [[4, 5], [0, 1]]
+        """
+        idx = self._flat(indices)
+        want = (len(idx), *self._item_shape)
+        if out.shape != want or out.dtype != self._dtype:
+            raise ValueError(f"out is {out.shape} {out.dtype}, the batch is {want} {self._dtype}")
+        self._store.gather(idx, out)
+        return out
+
+    def _flat(self, indices: Any) -> npt.NDArray[np.int64]:
         idx = np.asarray(indices)
         if idx.dtype.kind not in "iu":
             if idx.size:
                 raise TypeError(f"dataset indices must be integers, got {idx.dtype}")
             idx = idx.astype(np.int64)
-        return self._take(check_indices(idx, len(self)))
+        return check_indices(idx, len(self))
 
     def __getitem__(self, key: Any) -> npt.NDArray[Any]:
         rest: tuple[Any, ...] = ()

@@ -14,6 +14,7 @@ __all__ = [
     "CorruptStoreError",
     "IncompleteDatasetError",
     "MetricWrittenTwiceError",
+    "NarrowingError",
     "PlotError",
     "RecordIndexError",
     "RunFileMissingError",
@@ -138,6 +139,11 @@ class BadChunkError(ChuteError, RuntimeError):
     def __init__(self, key: str, cause: BaseException) -> None:
         super().__init__(f"bad chunk {key!r}: {type(cause).__name__}: {cause}")
         self.key = key
+
+
+class NarrowingError(ChuteError, ValueError):
+    """A value does not fit the narrower dtype a framework would hold it in (JAX with
+    64-bit types off)."""
 
 
 class PlotError(ChuteError, ValueError):

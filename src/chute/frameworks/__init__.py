@@ -1,4 +1,5 @@
-"""Hand a batch to torch or JAX without copying, through DLPack; in-place views to torch / TF.
+"""Hand a batch to torch or JAX without copying (DLPack), a loader's batches to a device
+with the copies overlapped (`to_device`), and in-place Zarr views to torch or TensorFlow.
 
 Install the framework yourself (``pip install chute[torch]`` or ``chute[jax]``); chute's core
 never imports one. Every numpy array found in the batch (dict values, tuples such as ragged
@@ -7,9 +8,18 @@ leaves pass through unchanged. An array DLPack cannot describe (read-only for JA
 strided for JAX) is first copied into a native, contiguous one.
 """
 
+from chute.frameworks._device import DeviceLoader, DeviceView, to_device
 from chute.frameworks._insitu_torch import as_torch
 from chute.frameworks._jax import to_jax
 from chute.frameworks._tf import as_tf_dataset
 from chute.frameworks._torch import to_torch
 
-__all__ = ["as_tf_dataset", "as_torch", "to_jax", "to_torch"]
+__all__ = [
+    "DeviceLoader",
+    "DeviceView",
+    "as_tf_dataset",
+    "as_torch",
+    "to_device",
+    "to_jax",
+    "to_torch",
+]

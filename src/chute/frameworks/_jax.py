@@ -1,25 +1,141 @@
-"""JAX hand-off: numpy batches as ``jax.Array`` values, zero-copy where XLA accepts them."""
+"""JAX hand-off: numpy batches as ``jax.Array`` values, zero-copy where XLA accepts them,
+and the device stage's copies (``jax.device_put`` into a device or sharding).
+
+With 64-bit types off (JAX's default, ``jax_enable_x64`` false) JAX turns int64, uint64,
+float64 and complex128 arrays into their 32-bit kinds, and integers that do not fit wrap
+around without a word. chute does that narrowing itself, visibly: a warning the first time
+each dtype is narrowed, and `chute.errors.NarrowingError` when an integer does not fit.
+Enable x64 (``jax.config.update("jax_enable_x64", True)``) to keep 64-bit values.
+"""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
-from chute.frameworks._tree import native_copy, tree_map
+from chute._buffers import Allocate, plain
+from chute.errors import NarrowingError
+from chute.frameworks._tree import leaves, native_copy, tree_map
 
-__all__ = ["to_jax"]
+__all__ = ["JaxMover", "to_jax"]
+
+_NARROW = {
+    np.dtype(np.int64): np.dtype(np.int32),
+    np.dtype(np.uint64): np.dtype(np.uint32),
+    np.dtype(np.float64): np.dtype(np.float32),
+    np.dtype(np.complex128): np.dtype(np.complex64),
+}
+_warned: set[np.dtype[Any]] = set()
+
+
+def fit_x64(array: npt.NDArray[Any], narrowed: set[np.dtype[Any]]) -> npt.NDArray[Any]:
+    """``array`` as JAX will hold it: narrowed to 32 bits (integers checked to fit) when
+    x64 is off, its dtype added to ``narrowed``; unchanged otherwise."""
+    import jax
+
+    native = array.dtype.newbyteorder("=")
+    narrow = _NARROW.get(native)
+    config: Any = jax.config
+    if narrow is None or config.read("jax_enable_x64"):
+        return array
+    if narrow.kind in "iu" and array.size:
+        info = np.iinfo(narrow.type)  # type: ignore[type-var]
+        low, high = int(array.min()), int(array.max())
+        if low < info.min or high > info.max:
+            raise NarrowingError(
+                f"{array.dtype} values in [{low}, {high}] do not fit {narrow}, which JAX "
+                "uses with 64-bit types off: enable them with "
+                "jax.config.update('jax_enable_x64', True)"
+            )
+    narrowed.add(native)
+    return array.astype(narrow)
+
+
+def warn_narrowed(narrowed: set[np.dtype[Any]], stacklevel: int) -> None:
+    """The warning, once per dtype and process, that JAX's 32-bit mode narrowed arrays."""
+    for dtype in sorted(narrowed - _warned, key=str):
+        _warned.add(dtype)
+        narrow = _NARROW[dtype]
+        how = "values checked to fit" if narrow.kind in "iu" else "precision is lost"
+        warnings.warn(
+            f"JAX has 64-bit types off (jax_enable_x64): {dtype} arrays become {narrow} "
+            f"({how}); jax.config.update('jax_enable_x64', True) keeps them",
+            UserWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 def to_jax(batch: Any, device: Any = None) -> Any:
     """The batch with every numpy array as a ``jax.Array``, zero-copy where XLA accepts the
-    buffer (CPU, aligned, compact), else copied once; ``device`` places it (default: JAX's)."""
+    buffer (CPU, aligned, compact), else copied once; ``device`` places it (default: JAX's).
+
+    With 64-bit types off (JAX's default) JAX holds int64/uint64/float64/complex128 as their
+    32-bit kinds and would silently wrap integers that do not fit; here they are narrowed
+    (a copy) with a warning the first time per dtype, and an integer that does not fit
+    raises `chute.errors.NarrowingError`. With ``jax_enable_x64`` on they are kept.
+
+    >>> import numpy as np
+    >>> to_jax({"x": np.arange(3, dtype=np.int32)})["x"].dtype
+    dtype('int32')
+    """
     import jax.numpy as jnp
 
+    narrowed: set[np.dtype[Any]] = set()
+
     def convert(array: npt.NDArray[Any]) -> Any:
+        array = fit_x64(array, narrowed)
         try:
             return jnp.from_dlpack(array, device=device)
         except (BufferError, RuntimeError):
             return jnp.from_dlpack(native_copy(array), device=device)
 
-    return tree_map(batch, convert)
+    out = tree_map(batch, convert)
+    warn_narrowed(narrowed, stacklevel=2)
+    return out
+
+
+class _ArraysReady:
+    """The ticket of one batch's ``device_put``: ready when each of its arrays is."""
+
+    def __init__(self, arrays: list[Any]) -> None:
+        self.arrays = arrays
+
+    def done(self) -> bool:
+        return all(a.is_ready() for a in self.arrays)
+
+    def wait(self) -> None:
+        import jax
+
+        ready: Any = jax.block_until_ready
+        ready(self.arrays)
+
+
+class JaxMover:
+    """``jax.device_put`` of each numpy leaf into ``target`` (a device, a ``Sharding``, or
+    None for JAX's default), never aliasing the host buffer; the host memory is ordinary
+    (JAX offers no page-locked numpy buffers), so the copy stages through XLA's own."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.allocate: Allocate = plain
+
+    def start(self, batch: Any) -> tuple[Any, _ArraysReady]:
+        import jax
+
+        narrowed: set[np.dtype[Any]] = set()
+
+        def put(array: npt.NDArray[Any]) -> Any:
+            array = fit_x64(array, narrowed)
+            if not array.dtype.isnative:
+                array = native_copy(array)
+            return jax.device_put(array, self.target, may_alias=False)
+
+        moved = tree_map(batch, put)
+        warn_narrowed(narrowed, stacklevel=4)  # the caller of next() on the device loader
+        return moved, _ArraysReady(leaves(moved, jax.Array))
+
+    def hand_over(self, batch: Any, ticket: Any) -> Any:
+        return batch  # JAX orders work on an array after the transfer that makes it

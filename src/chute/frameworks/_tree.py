@@ -14,12 +14,21 @@ def native_copy(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return np.array(array, dtype=array.dtype.newbyteorder("="), order="C", copy=True)
 
 
-def tree_map(tree: Any, leaf: Callable[[npt.NDArray[Any]], Any]) -> Any:
-    """``tree`` with ``leaf`` applied to each numpy array in dicts, tuples and lists."""
-    if isinstance(tree, np.ndarray):
+def tree_map(
+    tree: Any, leaf: Callable[[Any], Any], kind: type | tuple[type, ...] = np.ndarray
+) -> Any:
+    """``tree`` with ``leaf`` applied to each ``kind`` (numpy array) in dicts, tuples, lists."""
+    if isinstance(tree, kind):
         return leaf(tree)
     if isinstance(tree, Mapping):
-        return {key: tree_map(value, leaf) for key, value in tree.items()}
+        return {key: tree_map(value, leaf, kind) for key, value in tree.items()}
     if isinstance(tree, (tuple, list)):
-        return type(tree)(tree_map(value, leaf) for value in tree)
+        return type(tree)(tree_map(value, leaf, kind) for value in tree)
     return tree
+
+
+def leaves(tree: Any, kind: type | tuple[type, ...] = np.ndarray) -> list[Any]:
+    """Every ``kind`` in ``tree``, depth first."""
+    found: list[Any] = []
+    tree_map(tree, found.append, kind)
+    return found

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from chute._buffers import Allocate, BatchBuffers
 from chute._sharding import Shard, resolve_shard
 
 from ._geometry import ArrayGeometry, read_geometries, valid_anchor_range
@@ -92,6 +93,11 @@ class SplitView:
     @property
     def n_samples(self) -> int:
         return len(self._dataset._plan(self.name).order)
+
+    @property
+    def position(self) -> int:
+        """Batches of this epoch's pass handed out so far (what ``state_dict`` records)."""
+        return self._dataset._positions[self.name]
 
     def __repr__(self) -> str:
         return f"SplitView({self.name!r}, batches={len(self)})"
@@ -267,6 +273,12 @@ class InSituDataset:
     def bad_chunks(self) -> list[str]:
         """Store keys of chunks skipped with ``on_bad_chunk="skip"``."""
         return list(self._engine.bad_chunks)
+
+    def use_allocator(self, allocate: Allocate, *, extra_batches: int = 0) -> None:
+        """Make batch arrays with ``allocate`` (page-locked memory, for
+        ``chute.frameworks.to_device``), recycling ``extra_batches`` more of them."""
+        held = _BATCHES_HELD + self.config.prefetch_depth + extra_batches
+        self._engine._outputs = BatchBuffers(held * len(self.geometries), allocate)
 
     # -- resume ------------------------------------------------------------------------
 

@@ -17,7 +17,8 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
-from chute.loader._streams import Batch, Stream
+from chute._buffers import BatchBuffers
+from chute.loader._streams import Batch, GathersInto, Stream
 from chute.sampler import _check_u64
 
 #: The most batches a loader builds ahead. A few keep the workers busy; past that, more only
@@ -65,6 +66,7 @@ class Pipeline(ABC):
         self._next_submit = 0
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
+        self._buffers: BatchBuffers | None = None
 
     @property
     @abstractmethod
@@ -120,9 +122,24 @@ class Pipeline(ABC):
     def batch_at(self, step: int) -> Batch:
         """The batch of ``step``, built on the calling thread; does not move the pipeline."""
         indices, extra = self._plan(step)
-        batch = {name: stream.__getitems__(indices) for name, stream in self.streams.items()}
+        batch = {name: self._gather(stream, indices) for name, stream in self.streams.items()}
         batch.update(extra)
-        return batch if self.transform is None else self.transform(batch)
+        batch = batch if self.transform is None else self.transform(batch)
+        return batch if self._buffers is None else self._buffers.adopt(batch)
+
+    def use_buffers(self, buffers: BatchBuffers | None) -> None:
+        """Gather batches into ``buffers`` (recycled, e.g. page-locked, arrays) instead of
+        fresh ones; what the transform returns is copied in too. ``None``: fresh arrays.
+        ``chute.frameworks.to_device`` sets this; an array stays out of reuse while
+        anything references it, so batches already handed out are never overwritten."""
+        self._buffers = buffers
+
+    def _gather(self, stream: Stream, indices: npt.NDArray[np.uint64]) -> Any:
+        buffers = self._buffers
+        if buffers is None or not isinstance(stream, GathersInto) or stream.dtype.hasobject:
+            return stream.__getitems__(indices)
+        out = buffers.empty((len(indices), *stream.item_shape), stream.dtype)
+        return stream.gather_into(indices, out)
 
     def seek(self, step: int) -> None:
         """Make ``step`` the next batch; work queued for other steps is dropped."""

@@ -22,6 +22,23 @@ class Stream(Protocol):
     def __getitems__(self, indices: npt.NDArray[np.uint64]) -> Any: ...
 
 
+@runtime_checkable
+class GathersInto(Protocol):
+    """A stream that can write a batch into a given array of ``(n, *item_shape)`` and
+    ``dtype`` (``chute.Dataset``, numpy arrays): the loader then gathers into its recycled
+    buffers when it has some (``use_buffers``)."""
+
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+
+    @property
+    def item_shape(self) -> tuple[int, ...]: ...
+
+    def gather_into(
+        self, indices: npt.NDArray[np.uint64], out: npt.NDArray[Any]
+    ) -> npt.NDArray[Any]: ...
+
+
 class _ArrayStream:
     """An in-memory numpy array (or memory map) as a stream: one fancy-index per batch."""
 
@@ -33,8 +50,21 @@ class _ArrayStream:
     def __len__(self) -> int:
         return len(self.array)
 
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self.array.dtype
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape[1:])
+
     def __getitems__(self, indices: npt.NDArray[np.uint64]) -> npt.NDArray[Any]:
         return self.array[indices]
+
+    def gather_into(
+        self, indices: npt.NDArray[np.uint64], out: npt.NDArray[Any]
+    ) -> npt.NDArray[Any]:
+        return np.take(self.array, indices, axis=0, out=out)
 
 
 def as_streams(streams: Mapping[str, Stream | npt.NDArray[Any]]) -> dict[str, Stream]:

@@ -1,0 +1,394 @@
+"""The device stage: batches copied to an accelerator while the next ones are gathered.
+
+``to_device(source, device, depth=2)`` wraps a `chute.DataLoader` (endless, seekable) or
+an iterable of batches such as a ``chute.insitu`` view. The source then gathers into its
+ring of recycled host buffers (page-locked when the target is a CUDA device, allocated by
+the framework); this stage starts each batch's copy without waiting (torch: a non-blocking
+copy on a stream of its own; JAX: ``jax.device_put``), keeps ``depth`` copies in flight, and
+hands the consumer device arrays in source order. A host buffer goes back to the ring only
+once its copy has completed (the copy's own event, never a device-wide synchronize).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
+
+from chute._buffers import Allocate, BatchBuffers
+
+if TYPE_CHECKING:
+    from chute.loader import DataLoader
+
+__all__ = ["DeviceLoader", "DeviceView", "to_device"]
+
+
+class Ticket(Protocol):
+    """One batch's copy in flight."""
+
+    def done(self) -> bool:
+        """Whether the copy completed (raises if it failed)."""
+        ...
+
+    def wait(self) -> None:
+        """Block until this copy (only this one) completed; raises if it failed."""
+        ...
+
+
+class Mover(Protocol):
+    """What a framework supplies: host memory for the ring, and asynchronous copies."""
+
+    allocate: Allocate
+
+    def start(self, batch: Any) -> tuple[Any, Ticket]:
+        """Begin copying ``batch`` (numpy leaves) to the device: the device batch and its ticket.
+
+        The device batch is fresh memory; ``batch`` must stay untouched until the ticket is done.
+        """
+        ...
+
+    def hand_over(self, batch: Any, ticket: Ticket) -> Any:
+        """Make ``batch`` safe for the consumer to use (its work queued after the copy)."""
+        ...
+
+
+@dataclass
+class _Entry:
+    before: int  # the source's step (loader) or position (view) before this batch
+    after: int  # ... and once it is delivered
+    host: Any = None  # held until the copy completed: the ring reuses nothing referenced
+    device: Any = None
+    ticket: Ticket | None = None
+    error: BaseException | None = None
+
+
+class _Pipeline:
+    """Batches taken from a source with their copies started, delivered in order."""
+
+    def __init__(self, mover: Mover, depth: int) -> None:
+        self.mover = mover
+        self.depth = depth
+        self.ahead: deque[_Entry] = deque()  # copy started, not yet delivered
+        self.copying: deque[_Entry] = deque()  # delivered; host held until the copy is done
+        self.exhausted = False
+
+    def fill(self, take: Callable[[], Any], key: Callable[[], int]) -> None:
+        """Take batches until ``depth`` copies are in flight, the source ends or fails;
+        ``key`` is the source's step or position."""
+        while len(self.ahead) < self.depth and not self.exhausted:
+            if self.ahead and self.ahead[-1].error is not None:
+                return  # nothing is taken past a failure
+            at = key()
+            try:
+                host = take()
+            except StopIteration:
+                self.exhausted = True
+                return
+            except BaseException as error:
+                self.ahead.append(_Entry(at, at, error=error))
+                return
+            try:
+                device, ticket = self.mover.start(host)
+            except BaseException as error:  # a failed copy: reported in order, batch released
+                self.ahead.append(_Entry(at, at, error=error))
+                return
+            self.ahead.append(_Entry(at, key(), host, device, ticket))
+
+    def pop(self) -> Any:
+        """The next device batch; the source's or the copy's error where it failed."""
+        entry = self.ahead.popleft()
+        if entry.error is not None:
+            error, entry.error = entry.error, None
+            raise error
+        assert entry.ticket is not None
+        self.copying.append(entry)
+        try:
+            return self.mover.hand_over(entry.device, entry.ticket)
+        finally:
+            entry.device = None
+            self.reap()
+
+    def reap(self) -> None:
+        """Release the host buffers of completed copies; wait for the oldest beyond ``depth``.
+        A failed copy is dropped, then its error raised."""
+        copying = self.copying
+        while copying:
+            ticket = copying[0].ticket
+            assert ticket is not None
+            try:
+                if len(copying) > self.depth:
+                    ticket.wait()
+                elif not ticket.done():
+                    return
+            except BaseException:
+                copying.popleft()
+                raise
+            copying.popleft()
+
+    def drain(self, quiet: bool = False) -> None:
+        """Wait for every copy started, then drop all batches (seek, resume, close). The
+        first failure of a delivered batch's copy is raised afterwards unless ``quiet``."""
+        delivered, ahead = list(self.copying), list(self.ahead)
+        self.copying.clear()
+        self.ahead.clear()
+        self.exhausted = False
+        failure: BaseException | None = None
+        for entry in delivered + ahead:
+            if entry.ticket is not None:
+                try:
+                    entry.ticket.wait()
+                except BaseException as error:
+                    if failure is None and entry in delivered:
+                        failure = error
+        if failure is not None and not quiet:
+            raise failure
+
+
+def _check_depth(depth: int) -> int:
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be a positive integer, got {depth!r}")
+    return depth
+
+
+class DeviceLoader:
+    """A `chute.DataLoader` (or an evaluation pass, ``loader.epoch()``) whose batches arrive
+    on a device (see `to_device`).
+
+    Endless (or finite) like what it wraps, with the same batches at the same steps: ``step`` is
+    the step of the batch the next ``next()`` returns, and ``state_dict`` /
+    ``load_state_dict`` / ``seek`` resume exactly there, whatever is in flight. A gather or
+    copy error is raised by the ``next()`` that would have returned that batch; the next
+    ``next()`` retries it. Closing it closes the loader.
+    """
+
+    def __init__(self, loader: Any, mover: Mover, depth: int = 2) -> None:
+        self.loader = loader
+        self.mover = mover
+        self.depth = _check_depth(depth)
+        # in flight at once: the loader's prefetch, `depth` copies ahead, `depth` copying
+        batches = loader.prefetch + 2 * depth + 2
+        loader.use_buffers(BatchBuffers(batches * 2 * len(loader.streams), mover.allocate))
+        self._pipe = _Pipeline(mover, self.depth)
+
+    @property
+    def step(self) -> int:
+        """The step of the batch the next ``next()`` returns."""
+        ahead = self._pipe.ahead
+        return ahead[0].before if ahead else self._loader_step()
+
+    def _take(self) -> Any:
+        return next(self.loader)
+
+    def _loader_step(self) -> int:
+        return int(self.loader.step)
+
+    def __iter__(self) -> DeviceLoader:
+        return self
+
+    def __next__(self) -> Any:
+        pipe = self._pipe
+        pipe.fill(self._take, self._loader_step)
+        if not pipe.ahead:  # a finished evaluation pass; seek() starts it again
+            pipe.exhausted = False
+            raise StopIteration
+        at = self.step
+        try:
+            batch = pipe.pop()
+        except BaseException:
+            pipe.drain(quiet=True)
+            self.loader.seek(at)  # stay at the failed step, as the loader itself does
+            raise
+        pipe.fill(self._take, self._loader_step)  # the next copy starts before we return
+        return batch
+
+    def seek(self, step: int) -> None:
+        """Make ``step`` the next batch; copies in flight are waited for and dropped."""
+        self._pipe.drain()
+        self.loader.seek(step)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's state at the consumer's step (not at the batches in flight)."""
+        return {**self.loader.state_dict(), "step": self.step}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._pipe.drain()
+        self.loader.load_state_dict(state)
+
+    def close(self) -> None:
+        """Wait for the copies in flight, then close the loader."""
+        try:
+            self._pipe.drain()
+        finally:
+            self.loader.use_buffers(None)
+            self.loader.close()
+
+    def __enter__(self) -> DeviceLoader:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DeviceLoader({self.loader!r}, depth={self.depth})"
+
+
+class DeviceView:
+    """An iterable of batches (a ``chute.insitu`` view) whose batches arrive on a device.
+
+    Each ``iter()`` runs one pass of the source, ``depth`` copies ahead. For an insitu view,
+    ``state_dict`` is the dataset's with this view's position at the batches delivered (not
+    those in flight), so a resumed pass continues exactly after the last batch you got. An
+    error ends the pass, after the batches before it were delivered.
+    """
+
+    def __init__(self, source: Iterable[Any], mover: Mover, depth: int = 2) -> None:
+        self.source = source
+        self.mover = mover
+        self.depth = _check_depth(depth)
+        self._delivered: int | None = None  # the view's position while a pass runs
+        dataset = getattr(source, "dataset", None)
+        if dataset is not None and hasattr(dataset, "use_allocator"):
+            dataset.use_allocator(mover.allocate, extra_batches=2 * depth + 1)
+
+    def __len__(self) -> int:
+        return len(self.source)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._pass()
+
+    def _position(self) -> int:
+        return int(getattr(self.source, "position", 0))
+
+    def _pass(self) -> Iterator[Any]:
+        pipe = _Pipeline(self.mover, self.depth)
+        it = iter(self.source)
+        self._delivered = self._position()
+        try:
+            while True:
+                pipe.fill(it.__next__, self._position)
+                if not pipe.ahead:
+                    return
+                after = pipe.ahead[0].after
+                batch = pipe.pop()
+                self._delivered = after
+                pipe.fill(it.__next__, self._position)  # the next copy starts first
+                yield batch
+        finally:
+            ended = pipe.exhausted and not pipe.ahead
+            delivered, self._delivered = self._delivered, None
+            quiet = sys.exc_info()[0] is not None
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+            if not ended and delivered is not None:
+                self._rewind(delivered)
+            pipe.drain(quiet=quiet)
+
+    def _rewind(self, position: int) -> None:
+        """After a pass cut short (an error, a break), put the view back at the batches
+        delivered: the source counted those taken ahead as consumed."""
+        dataset = getattr(self.source, "dataset", None)
+        name = getattr(self.source, "name", None)
+        if dataset is None or name is None:
+            return
+        state = dataset.state_dict()
+        if state["positions"].get(name) != position:
+            dataset.load_state_dict({**state, "positions": {**state["positions"], name: position}})
+
+    def state_dict(self) -> dict[str, Any]:
+        """The insitu dataset's state, with this view at the batches delivered so far."""
+        dataset = getattr(self.source, "dataset", None)
+        if dataset is None or not hasattr(self.source, "name"):
+            raise TypeError(f"{type(self.source).__name__} has no state to save")
+        state: dict[str, Any] = dataset.state_dict()
+        if self._delivered is not None:
+            state["positions"] = {**state["positions"], self.source.name: self._delivered}
+        return state
+
+    def __repr__(self) -> str:
+        return f"DeviceView({self.source!r}, depth={self.depth})"
+
+
+def _framework(device: Any) -> Literal["torch", "jax"]:
+    root = type(device).__module__.split(".")[0]
+    return "jax" if root in ("jax", "jaxlib") else "torch"
+
+
+@overload
+def to_device(
+    source: DataLoader,
+    device: Any = None,
+    *,
+    depth: int = 2,
+    framework: Literal["torch", "jax"] | None = None,
+) -> DeviceLoader: ...
+
+
+@overload
+def to_device(
+    source: Iterable[Any],
+    device: Any = None,
+    *,
+    depth: int = 2,
+    framework: Literal["torch", "jax"] | None = None,
+) -> DeviceView: ...
+
+
+def to_device(
+    source: Any,
+    device: Any = None,
+    *,
+    depth: int = 2,
+    framework: Literal["torch", "jax"] | None = None,
+) -> DeviceLoader | DeviceView:
+    """Batches of ``source`` delivered on ``device``, ``depth`` copies ahead of the consumer.
+
+    ``source`` is a `chute.DataLoader` (you get a `DeviceLoader`: endless, seekable,
+    resumable) or an iterable of batches such as ``chute.insitu`` ``ds.train`` (a
+    `DeviceView`: one pass per ``iter()``). ``device`` is a torch device (``"cuda:0"``,
+    ``"cpu"``, a ``torch.device``) or a JAX device or ``Sharding`` (``jax.device_put``
+    semantics; ``None`` with ``framework="jax"`` is JAX's default device). ``framework``
+    is inferred from ``device``: a JAX object means JAX, anything else torch.
+
+    Every batch you receive is fresh device memory, yours to keep. The host buffers the
+    source gathers into are recycled: one is reused only after its copy completed and
+    nothing references it. With a CUDA device they are page-locked (``torch.empty(...,
+    pin_memory=True)``); numpy leaves that did not come from the ring are copied from
+    pageable memory.
+
+    >>> import numpy as np, chute
+    >>> from chute.frameworks import to_device
+    >>> loader = chute.DataLoader({"x": np.arange(10.0).reshape(5, 2)}, batch_size=2)
+    >>> with to_device(loader, "cpu", depth=2) as dev:
+    ...     batch = next(dev)
+    ...     print(type(batch["x"]).__name__, dev.step)
+    Tensor 1
+    """
+    framework = framework or _framework(device)
+    mover: Mover
+    if framework == "torch":
+        from chute.frameworks._torch import TorchMover
+
+        mover = TorchMover("cpu" if device is None else device)
+    elif framework == "jax":
+        from chute.frameworks._jax import JaxMover
+
+        mover = JaxMover(device)
+    else:
+        raise ValueError(f"framework must be 'torch' or 'jax', got {framework!r}")
+    if hasattr(source, "use_buffers") and hasattr(source, "seek"):
+        return DeviceLoader(source, mover, depth)
+    if not isinstance(source, Iterable):
+        raise TypeError(
+            f"to_device needs a chute.DataLoader or an iterable of batches (an insitu view "
+            f"such as ds.train), got {type(source).__name__}"
+        )
+    return DeviceView(source, mover, depth)

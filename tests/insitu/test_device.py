@@ -1,0 +1,133 @@
+"""The device stage over chute.insitu views, on CPU: same batches, exact resume, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from chute.frameworks import DeviceView, to_device
+from chute.insitu import InSituDataset
+
+from .test_dataset import dataset
+
+torch = pytest.importorskip("torch")
+jax = pytest.importorskip("jax")
+
+FRAMEWORKS = [("torch", "cpu"), ("jax", None)]
+KW: dict[str, Any] = {"batch_size": 10, "seed": 4, "block_chunks": 3}
+
+
+def _host(batch: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in batch.items()}
+
+
+def _same(got: list[dict[str, Any]], want: list[dict[str, np.ndarray]]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.keys() == w.keys()
+        for k in w:
+            np.testing.assert_array_equal(np.asarray(g[k]), w[k])
+
+
+@pytest.fixture
+def reference(archive: Path) -> list[dict[str, np.ndarray]]:
+    with dataset(archive, **KW) as ds:
+        return [{k: v.copy() for k, v in b.items()} for b in ds.train]
+
+
+@pytest.mark.parametrize(("framework", "device"), FRAMEWORKS)
+@pytest.mark.filterwarnings("ignore:JAX has 64-bit types off")
+def test_a_view_delivers_the_same_passes_on_the_device(
+    archive: Path, reference: list[dict[str, np.ndarray]], framework: str, device: Any
+) -> None:
+    with dataset(archive, **KW) as ds:
+        view = to_device(ds.train, device, depth=3, framework=framework)  # type: ignore[arg-type]
+        assert isinstance(view, DeviceView) and len(view) == len(reference)
+        got = list(view)
+        kind = torch.Tensor if framework == "torch" else jax.Array
+        assert all(isinstance(v, kind) for b in got for v in b.values())
+        _same(got, reference)
+        assert ds.state_dict()["positions"]["train"] == 0  # a whole pass: the next starts over
+        _same(list(view), reference)
+
+
+def test_the_page_locked_allocator_reaches_the_dataset(archive: Path) -> None:
+    made: list[int] = []
+
+    class Mover:
+        def allocate(self, nbytes: int) -> np.ndarray:
+            made.append(nbytes)
+            return np.empty(nbytes, np.uint8)
+
+        def start(self, batch: Any) -> tuple[Any, Any]:
+            class Done:
+                def done(self) -> bool:
+                    return True
+
+                def wait(self) -> None:
+                    return None
+
+            return {k: np.array(v) for k, v in batch.items()}, Done()
+
+        def hand_over(self, batch: Any, ticket: Any) -> Any:
+            return batch
+
+    with dataset(archive, **KW) as ds:
+        batches = list(DeviceView(ds.train, Mover(), depth=2))  # type: ignore[arg-type]
+    assert made and len(made) < len(batches)  # x, y, z buffers made once, then recycled
+
+
+@pytest.mark.parametrize("depth", [1, 4])
+def test_resume_after_a_break_is_exact_despite_batches_in_flight(
+    archive: Path, reference: list[dict[str, np.ndarray]], depth: int
+) -> None:
+    with dataset(archive, **KW) as ds:
+        view = to_device(ds.train, "cpu", depth=depth)
+        got = []
+        for batch in view:
+            got.append(batch)
+            if len(got) == 4:
+                assert view.state_dict()["positions"]["train"] == 4  # while batches are ahead
+                break
+        state = json.loads(json.dumps(view.state_dict()))
+        assert state["positions"]["train"] == 4
+        assert ds.state_dict() == state  # the dataset itself was put back at the delivered
+    with dataset(archive, **KW) as ds:
+        ds.load_state_dict(state)
+        got += list(to_device(ds.train, "cpu", depth=2))
+    _same(got, reference)
+
+
+def test_an_error_ends_the_pass_after_the_batches_before_it(
+    archive: Path, reference: list[dict[str, np.ndarray]]
+) -> None:
+    failing = {"on": True, "seen": 0}
+
+    def flaky(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        failing["seen"] += 1
+        if failing["on"] and failing["seen"] == 6:
+            raise OSError("transform broke")
+        return batch
+
+    with dataset(archive, batch_transforms=[flaky], **KW) as ds:
+        view = to_device(ds.train, "cpu", depth=3)
+        got = []
+        with pytest.raises(OSError, match="transform broke"):
+            for batch in view:
+                got.append(batch)
+        assert len(got) == 5
+        assert view.state_dict()["positions"]["train"] == 5
+        failing["on"] = False
+        got += list(view)  # the next pass continues at the failed batch
+    _same(got, reference)
+
+
+def test_a_dataset_itself_is_not_a_source(archive: Path) -> None:
+    with dataset(archive, **KW) as ds:
+        assert isinstance(ds, InSituDataset)
+        with pytest.raises(TypeError, match=r"ds\.train"):
+            to_device(ds, "cpu")
