@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -219,13 +219,18 @@ def test_a_torn_slab_left_by_a_live_member_is_decoded_again(archive: Path, tmp_p
 
 
 def on_disk(pool: Path) -> int:
-    """Bytes of the slabs in ``pool`` (files evicted while being listed do not count)."""
-    total = 0
-    for entry in os.scandir(pool):
-        if entry.name.endswith(".slab"):
-            with contextlib.suppress(FileNotFoundError):
+    """Bytes of the slabs in ``pool``, published or being written, counted under the pool's
+    eviction lock, which every reservation, eviction and rename into place holds."""
+    lock = os.open(pool / "evict.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        total = 0
+        for entry in os.scandir(pool):
+            if entry.name.endswith(".slab") or ".tmp-" in entry.name:
                 total += entry.stat().st_size
-    return total
+        return total
+    finally:
+        os.close(lock)
 
 
 def test_the_files_on_disk_stay_within_the_budget(archive: Path, tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -157,7 +158,8 @@ class SharedChunks:
             with open(tmp, "r+b") as f:
                 f.write(_header(data))
                 f.write(data.data.cast("B"))
-            os.replace(tmp, final)  # whole, or not there at all
+            with self._evict_lock():  # no reservation lists the folder mid-rename
+                os.replace(tmp, final)  # whole, or not there at all
         except OSError as exc:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -176,9 +178,7 @@ class SharedChunks:
         """
         if nbytes > self.budget_bytes:
             return False
-        lock = os.open(os.path.join(self.root, "evict.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with self._evict_lock():
             files: list[tuple[float, int, str]] = []
             used = 0
             for entry in os.scandir(self.root):
@@ -201,6 +201,15 @@ class SharedChunks:
             with open(tmp, "wb") as f:
                 f.truncate(nbytes)
             return True
+
+    @contextlib.contextmanager
+    def _evict_lock(self) -> Iterator[None]:
+        """The pool's one lock for listing, evicting and renaming slabs into place: a
+        listing that raced a rename could miss a slab and overshoot the budget."""
+        lock = os.open(os.path.join(self.root, "evict.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
         finally:
             os.close(lock)
 
