@@ -3,13 +3,21 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chute-installed
+DEMO_STAMP := $(VENV)/.chute-demo
+SOURCES := pyproject.toml setup.py $(wildcard src/chute/_native/*.c src/chute/_native/*.h)
 
-.PHONY: test demo bench install clean
+.PHONY: test demo docs test-all test-wheel bench install clean
 
-$(STAMP): pyproject.toml setup.py $(wildcard src/chute/_native/*.c src/chute/_native/*.h)
+$(STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,docs]'
+	touch $@
+
+# The demo needs only the package and the small `demo` extra, not the test stack.
+$(DEMO_STAMP): $(SOURCES)
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[demo]'
 	touch $@
 
 install: $(STAMP)
@@ -18,9 +26,37 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/mypy src
 	$(BIN)/pytest -q
+	$(MAKE) --no-print-directory docs
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python examples/demo.py
+
+# The site: mkdocs (material) + mkdocstrings, into site/; --strict turns a broken link or
+# reference into a failure.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir site
+
+# The suite on each Python in its own venv (.venv-3.X). torch has no CPU wheel for 3.12/3.13
+# on the package indices here (PyPI's is the CUDA build), so those venvs go without it and the
+# torch tests skip, saying so.
+PYTHONS ?= 3.11 3.12 3.13
+test-all:
+	@set -e; for v in $(PYTHONS); do \
+	  echo "== Python $$v"; \
+	  test -x .venv-$$v/bin/python || python$$v -m venv .venv-$$v; \
+	  .venv-$$v/bin/pip install -q --upgrade pip; \
+	  if [ "$$v" = 3.11 ]; then .venv-$$v/bin/pip install -q -e '.[test]'; \
+	  else .venv-$$v/bin/python -c 'import tomllib; t = tomllib.load(open("pyproject.toml", "rb")); \
+	    print("\n".join(r for r in t["project"]["optional-dependencies"]["test"] \
+	    if not r.startswith("torch")))' > .venv-$$v/test-requirements.txt; \
+	    .venv-$$v/bin/pip install -q -e . -r .venv-$$v/test-requirements.txt; fi; \
+	  .venv-$$v/bin/pytest -q -p no:cacheprovider; \
+	done
+
+# The built wheel alone in a fresh venv, outside the source tree (tests/test_wheel.py does
+# the same inside `make test`).
+test-wheel: $(STAMP)
+	$(BIN)/pytest -q tests/test_wheel.py
 
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[test,bench]'
@@ -31,4 +67,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/insitu.py --s3 --plot
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info src/chute/_native/*.so
+	rm -rf $(VENV) .venv-3.* build dist site src/*.egg-info src/chute/_native/*.so
