@@ -34,7 +34,7 @@ demo: $(DEMO_STAMP)
 # The site: mkdocs (material) + mkdocstrings, into site/; --strict turns a broken link or
 # reference into a failure.
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 
 # The suite on each Python in its own venv (.venv-3.X). torch has no CPU wheel for 3.12/3.13
 # on the package indices here (PyPI's is the CUDA build), so those venvs go without it and the
