@@ -355,8 +355,8 @@ def insitu_eval(out: Path, logged_acc: float) -> float:
         f"\n[4] wrote the images as a Zarr v3 array ({du(out / 'digits.zarr'):,d} bytes, chunks "
         f"of {CHUNK}); streamed its val split through chute.insitu: {seen} images, accuracy "
         f"{acc:.4f} (from the store: {store_acc:.4f}; logged at the last step: {logged_acc:.4f})\n"
-        f"    Zarr compresses {CHUNK} images per chunk together; chute compresses each record on its "
-        "own, so that any one record reads alone."
+        f"    Zarr compresses {CHUNK} images per chunk together; chute compresses each record "
+        "on its own, so that any one record reads alone."
     )
     if by_index or acc != store_acc or np.float32(acc) != np.float32(logged_acc):
         raise SystemExit("the Zarr val split or its accuracy differs from the store's")
@@ -405,7 +405,8 @@ def main() -> None:
         (
             "throughput",
             f"{result['steps'] / result['train_s']:,.0f} steps/s, "
-            f"{result['steps'] * BATCH / result['train_s']:,.0f} images/s (the uninterrupted run: loader + numpy MLP)",
+            f"{result['steps'] * BATCH / result['train_s']:,.0f} images/s "
+            "(the uninterrupted run: loader + numpy MLP)",
         ),
         (
             "images on disk",

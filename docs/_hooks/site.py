@@ -70,7 +70,7 @@ class _DoctestFences(Preprocessor):
 
 
 class _DoctestExtension(Extension):
-    def extendMarkdown(self, md: Any) -> None:  # noqa: N802 (Python-Markdown's name)
+    def extendMarkdown(self, md: Any) -> None:
         md.preprocessors.register(_DoctestFences(md), "chute_doctest_fences", 27)
 
 
