@@ -271,7 +271,7 @@ def preempt_and_resume(out: Path, steps: int) -> dict[str, Any]:
     manifest = split(len(np.load(out / "labels.npy")))
     n_train, n_val = len(manifest.sample_indices("train")), len(manifest.sample_indices("val"))
     print(
-        f"\n[2] training a {64}-{HIDDEN}-10 MLP for {steps} steps of {BATCH} from the endless "
+        f"\n[2] training a 64-{HIDDEN}-10 MLP for {steps} steps of {BATCH} from the endless "
         f"DataLoader (cyclic sampler; split by index: {n_train} train / {n_val} val images)"
     )
     kill_at = steps * 2 // 5 + CKPT_EVERY // 2 - 7  # well past a checkpoint, well before the next
@@ -280,8 +280,8 @@ def preempt_and_resume(out: Path, steps: int) -> dict[str, Any]:
     killed = run_child(out, run, steps, "run (to be killed)", kill_at=kill_at)
     resume = start_of(run)
     print(
-        f"[3] SIGKILLed the training process after step {killed}; its last checkpoint is at "
-        f"step {resume}: restarting from it (weights + loader.state_dict(), metrics cut at "
+        f"[3] SIGKILLed the training process as it reported step {killed}; its last checkpoint "
+        f"is at step {resume}: restarting from it (weights + loader.state_dict(), metrics cut at "
         f"step {resume})"
     )
     run_child(out, run, steps, f"resumed from step {resume}")
