@@ -43,7 +43,10 @@ PYTHONS ?= 3.11 3.12 3.13
 test-all:
 	@set -e; for v in $(PYTHONS); do \
 	  echo "== Python $$v"; \
-	  test -x .venv-$$v/bin/python || python$$v -m venv .venv-$$v; \
+	  py=python$$v; \
+	  if command -v pyenv > /dev/null; then pv=$$(pyenv versions --bare | grep "^$$v\." | tail -1); \
+	    [ -z "$$pv" ] || py="$$(pyenv root)/versions/$$pv/bin/python$$v"; fi; \
+	  test -x .venv-$$v/bin/python || $$py -m venv .venv-$$v; \
 	  .venv-$$v/bin/pip install -q --upgrade pip; \
 	  if [ "$$v" = 3.11 ]; then .venv-$$v/bin/pip install -q -e '.[test]'; \
 	  else .venv-$$v/bin/python -c 'import tomllib; t = tomllib.load(open("pyproject.toml", "rb")); \
@@ -60,6 +63,9 @@ test-wheel: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[test,bench]'
+	# litdata and mosaicml-streaming pull torchvision, whose only wheel for the CPU torch here
+	# is a CUDA build that cannot load; no benchmark uses it, and a broken one breaks imports
+	$(BIN)/pip uninstall -y -q torchvision
 	$(BIN)/python bench/store.py --plot
 	$(BIN)/python bench/sampler.py --plot
 	$(BIN)/python bench/loader.py --plot

@@ -41,8 +41,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         markdown = f"# {name.capitalize()} benchmark\n\n{markdown}"
     script = f"`bench/{name}.py`"
     markdown += f"\n\n*Written by {script}; `make bench` reruns every benchmark.*\n"
-    if (RESULTS / f"{name}.png").exists():
-        markdown += f"\n![{name} benchmark chart]({name}.png)\n"
+    for chart in sorted(RESULTS.glob(f"{name}*.png")):  # store.png, store-small.png, ...
+        markdown += f"\n![{chart.stem} chart]({chart.name})\n"
     return markdown
 
 
