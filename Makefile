@@ -63,16 +63,20 @@ test-all:
 test-wheel: $(STAMP)
 	$(BIN)/pytest -q tests/test_wheel.py
 
-bench: $(STAMP)
-	$(BIN)/pip install -q -e '.[test,bench]'
-	# litdata and mosaicml-streaming pull torchvision, whose only wheel for the CPU torch here
-	# is a CUDA build that cannot load; no benchmark uses it, and a broken one breaks imports
-	$(BIN)/pip uninstall -y -q torchvision
-	$(BIN)/python bench/store.py --plot
-	$(BIN)/python bench/sampler.py --plot
-	$(BIN)/python bench/loader.py --plot
-	$(BIN)/python bench/metrics.py --plot bench/results/metrics.png
-	$(BIN)/python bench/insitu.py --s3 --plot
+# The benchmarks get their own venv: the peers' packages pin older numpy (mosaicml-streaming:
+# numpy < 2.2) and would change what `make test` runs against. They also pull torchvision,
+# whose only wheel for the CPU torch here is a CUDA build that cannot load (a broken one breaks
+# their imports); no benchmark uses it, so it goes.
+BENCH := .venv-bench/bin
+bench:
+	test -x $(BENCH)/python || $(PY) -m venv .venv-bench
+	$(BENCH)/pip install -q -e '.[test,bench]'
+	$(BENCH)/pip uninstall -y -q torchvision
+	$(BENCH)/python bench/store.py --plot
+	$(BENCH)/python bench/sampler.py --plot
+	$(BENCH)/python bench/loader.py --plot
+	$(BENCH)/python bench/metrics.py --plot bench/results/metrics.png
+	$(BENCH)/python bench/insitu.py --s3 --plot
 
 clean:
-	rm -rf $(VENV) .venv-3.* build dist site src/*.egg-info src/chute/_native/*.so
+	rm -rf $(VENV) .venv-3.* .venv-bench build dist site src/*.egg-info src/chute/_native/*.so
