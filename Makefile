@@ -14,10 +14,12 @@ $(STAMP): $(SOURCES)
 	$(BIN)/pip install -q -e '.[test,docs]'
 	touch $@
 
-# The demo needs only the package and the small `demo` extra, not the test stack.
+# The demo needs only the package and the small `demo` extra, not the test stack; building
+# in the venv itself (no isolated build env) saves installing setuptools and numpy twice.
 $(DEMO_STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[demo]'
+	$(BIN)/pip install -q 'setuptools>=77' 'numpy>=1.26'
+	$(BIN)/pip install -q --no-build-isolation -e '.[demo]'
 	touch $@
 
 install: $(STAMP)
