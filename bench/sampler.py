@@ -1,8 +1,9 @@
 """Index sampling: chute's Sampler against numpy and loaderx 0.7.3's sampler.
 
-Per batch cost at 256 / 1024 / 8192 for each mode over a 1M index space, and the cost of
-seeking to step 100000 (then drawing that batch). Reported as ratios, since this machine is
-shared and noisy. Run: ``python bench/sampler.py [--plot]``.
+Per batch cost at 256 / 1024 / 8192 for each mode over a 1M index space, the cost of
+seeking to step 100000 (then drawing that batch), and the weighted sampler against numpy's
+``Generator.choice(p=...)``. Reported as ratios, since this machine is shared and noisy.
+Run: ``python bench/sampler.py [--plot]``; ``--smoke`` runs tiny sizes and writes nothing.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import numpy as np
 from _steploader import bar_plot, interleaved, per_call, report, table
 from loaderx._sampler import Sampler as LoaderxSampler
 
-from chute import Sampler
+from chute import Sampler, WeightedSampler
 from chute.sampler import SamplerMode
 
 LENGTH = 1 << 20
 BATCHES = (256, 1024, 8192)
+CALLS = 400_000  # indices drawn per measurement
 MODES: dict[SamplerMode, int] = {"sequential": 0, "iid": 1, "cyclic": 2}  # -> loaderx code
 SEEK_STEP = 100_000
 
@@ -26,7 +28,7 @@ SEEK_STEP = 100_000
 def _draw_times(rounds: int) -> list[list[object]]:
     rows: list[list[object]] = []
     for batch in BATCHES:
-        calls = max(200, 400_000 // batch)
+        calls = max(200, CALLS // batch)
         draw = partial(np.random.default_rng(0).integers, 0, LENGTH, batch)
         contenders = {"numpy": per_call(draw, calls)}
         for mode, code in MODES.items():
@@ -73,13 +75,43 @@ def _seek_times(rounds: int) -> list[list[object]]:
     return rows
 
 
+def _weighted_times(rounds: int) -> list[list[object]]:
+    weights = np.random.default_rng(0).pareto(1.5, LENGTH)  # skewed, as real weights are
+    p = weights / weights.sum()
+    rows: list[list[object]] = []
+    for batch in BATCHES:
+        calls = max(20, CALLS // batch // 10)
+        ours = WeightedSampler(weights, batch, seed=1)
+        far = WeightedSampler(weights, batch, seed=1)
+        far.seek(10**15)
+        rng = np.random.default_rng(1)
+        t = interleaved(
+            {
+                "chute": per_call(ours.__next__, calls),
+                "chute far": per_call(far.__next__, calls),
+                "numpy": per_call(partial(rng.choice, LENGTH, batch, p=p), max(3, calls // 20)),
+            },
+            rounds,
+        )
+        rows.append(
+            [batch, f"{t['chute'] * 1e6:.1f}", f"{t['chute far'] * 1e6:.1f}",
+             f"{t['numpy'] * 1e6:.1f}", f"**{t['numpy'] / t['chute']:.1f}x**"]
+        )  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--plot", action="store_true", help="write bench/results/sampler.png")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes; prints, writes nothing")
     args = parser.parse_args()
+    if args.smoke:
+        global LENGTH, BATCHES, CALLS
+        LENGTH, BATCHES, CALLS, args.rounds = 4096, (64,), 2000, 1
     draws = _draw_times(args.rounds)
     seeks = _seek_times(args.rounds)
+    weighted = _weighted_times(args.rounds)
     body = (
         f"Index space {LENGTH:,}; median of {args.rounds} interleaved rounds. µs per batch; "
         "the ratio columns are how many times faster chute is.\n\n"
@@ -91,7 +123,15 @@ def main() -> None:
         + f"\n\nSeek to step {SEEK_STEP:,} and draw its batch (batch 256); "
         "'chute @1e15' seeks to step 10^15 to show the cost does not grow with the step.\n\n"
         + table(["mode", "chute µs", "chute @1e15 µs", "loaderx µs", "vs loaderx"], seeks)
+        + "\n\nWeighted sampling with replacement over the same index space (Pareto weights): "
+        "chute's `WeightedSampler` (counter-based, so drawing at step 10^15 costs the same) "
+        "against numpy's `Generator.choice(p=...)`, which rebuilds its cumulative table on "
+        "every call.\n\n"
+        + table(["batch", "chute µs", "chute @1e15 µs", "numpy choice µs", "vs numpy"], weighted)
     )  # fmt: skip
+    if args.smoke:
+        print(body)
+        return
     report("sampler", "Sampler benchmark", body)
     if args.plot:
         labels = [f"{r[0]} {r[1]}" for r in draws]

@@ -61,3 +61,23 @@ def test_errors_are_messages_not_tracebacks(tmp_path: Path) -> None:
     chute.write_dataset(tmp_path / "b.zr", np.zeros(3))
     r = run("convert", str(tmp_path / "a.npy"), str(tmp_path / "b.zr"))
     assert r.returncode == 2 and "overwrite" in r.stderr
+
+
+def test_convert_appends_and_speaks_the_command_lines_words(tmp_path: Path) -> None:
+    a = np.arange(40, dtype=np.int32).reshape(10, 4)
+    np.save(tmp_path / "a.npy", a)
+    out = str(tmp_path / "a.zr")
+    assert run("convert", str(tmp_path / "a.npy"), out, "--codec", "raw", "-q").returncode == 0
+    r = run("convert", str(tmp_path / "a.npy"), out, "-q")
+    assert r.returncode == 2 and "pass --append to add the rows to it or --overwrite" in r.stderr
+    assert "overwrite=True" not in r.stderr
+    r = run("convert", str(tmp_path / "a.npy"), out, "--append", "-q")
+    assert r.returncode == 0, r.stderr
+    assert np.array_equal(chute.Dataset(out)[:], np.concatenate([a, a]))
+    assert chute.Dataset(out).codec == "raw"  # appending kept the store's codec
+    np.save(tmp_path / "b.npy", a.astype(np.float64))
+    r = run("convert", str(tmp_path / "b.npy"), out, "--append", "-q")
+    assert r.returncode == 2 and "cannot append float64" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = run("convert", str(tmp_path / "a.npy"), out, "--append", "--overwrite")
+    assert r.returncode == 2 and "not allowed with argument" in r.stderr

@@ -1,9 +1,11 @@
-"""Dataset indexing and write_dataset, checked against numpy on the same array."""
+"""Dataset indexing and write_dataset, checked against numpy on the same array, over a single
+store and a sharded dataset alike."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,11 +17,18 @@ import chute
 from chute import CorruptStoreError, Dataset, StoreNotFoundError, write_dataset
 
 ARRAY = np.arange(40 * 2 * 3, dtype=np.float32).reshape(40, 2, 3) / 7
+#: How each kind of dataset is written: one store, or shards of 7 records (6 shards for 40).
+KINDS: dict[str, dict[str, Any]] = {"single": {}, "sharded": {"shard_records": 7}}
 
 
-@pytest.fixture(scope="module")
-def ds(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    return write_dataset(tmp_path_factory.mktemp("ds") / "a.zr", ARRAY)
+@pytest.fixture(params=list(KINDS))
+def kind(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return KINDS[request.param]
+
+
+@pytest.fixture(scope="module", params=list(KINDS))
+def ds(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    return write_dataset(tmp_path_factory.mktemp("ds") / "a.zr", ARRAY, **KINDS[request.param])
 
 
 def test_metadata(ds: Dataset) -> None:
@@ -73,13 +82,13 @@ def test_out_of_range(ds: Dataset, key: object) -> None:
 
 
 @pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
-def test_write_from_mmapped_npy(tmp_path: Path, codec: str) -> None:
+def test_write_from_mmapped_npy(tmp_path: Path, codec: str, kind: dict[str, Any]) -> None:
     src = (np.random.default_rng(0).random((300, 16, 16)) * 30).astype(np.uint8)
     np.save(tmp_path / "x.npy", src)
     mm = np.load(tmp_path / "x.npy", mmap_mode="r")
-    ds = write_dataset(tmp_path / "x.zr", mm, codec=codec, chunk_bytes=1000)  # many steps
+    ds = write_dataset(tmp_path / "x.zr", mm, codec=codec, chunk_bytes=1000, **kind)  # many steps
     assert np.array_equal(ds[:], src)
-    schema = json.loads((tmp_path / "x.zr" / "schema.json").read_text())
+    schema = json.loads(sorted((tmp_path / "x.zr").glob("**/schema.json"))[-1].read_text())
     assert schema == {
         "format": "loaderx-zrecord",
         "version": 1,
@@ -89,27 +98,29 @@ def test_write_from_mmapped_npy(tmp_path: Path, codec: str) -> None:
     }
 
 
-def test_scalars_and_other_dtypes(tmp_path: Path) -> None:
+def test_scalars_and_other_dtypes(tmp_path: Path, kind: dict[str, Any]) -> None:
     labels = np.arange(100, dtype=np.int64) * -3
-    ds = write_dataset(tmp_path / "l.zr", labels)
+    ds = write_dataset(tmp_path / "l.zr", labels, **kind)
     assert ds.shape == (100,) and ds[4] == -12 and ds[[1, 2]].tolist() == [-3, -6]
     big = np.arange(12, dtype=">i4").reshape(3, 4)
-    assert np.array_equal(write_dataset(tmp_path / "b.zr", big)[:], big)
-    assert write_dataset(tmp_path / "lst.zr", [[1, 2], [3, 4]])[1].tolist() == [3, 4]
+    assert np.array_equal(write_dataset(tmp_path / "b.zr", big, **kind)[:], big)
+    assert write_dataset(tmp_path / "lst.zr", [[1, 2], [3, 4]], **kind)[1].tolist() == [3, 4]
+    empty = write_dataset(tmp_path / "e.zr", np.zeros((0, 3), np.int8), **kind)
+    assert empty.shape == (0, 3) and empty[:].shape == (0, 3)
 
 
-def test_write_refuses_bad_input(tmp_path: Path) -> None:
+def test_write_refuses_bad_input(tmp_path: Path, kind: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="1 MiB"):
-        write_dataset(tmp_path / "big.zr", np.zeros((2, 1 << 21), np.uint8))
+        write_dataset(tmp_path / "big.zr", np.zeros((2, 1 << 21), np.uint8), **kind)
     assert not (tmp_path / "big.zr").exists()
     with pytest.raises(TypeError, match="objects"):
-        write_dataset(tmp_path / "o.zr", np.array([[1, "a"]], dtype=object))
+        write_dataset(tmp_path / "o.zr", np.array([[1, "a"]], dtype=object), **kind)
     with pytest.raises(ValueError, match="axis"):
-        write_dataset(tmp_path / "s.zr", np.float32(3))
-    write_dataset(tmp_path / "x.zr", np.zeros((3, 2)))
+        write_dataset(tmp_path / "s.zr", np.float32(3), **kind)
+    write_dataset(tmp_path / "x.zr", np.zeros((3, 2)), **kind)
     with pytest.raises(FileExistsError):
-        write_dataset(tmp_path / "x.zr", np.ones((3, 2)))
-    assert write_dataset(tmp_path / "x.zr", np.ones((4, 2)), overwrite=True)[:].sum() == 8
+        write_dataset(tmp_path / "x.zr", np.ones((3, 2)), **kind)
+    assert write_dataset(tmp_path / "x.zr", np.ones((4, 2)), overwrite=True, **kind)[:].sum() == 8
 
 
 def test_schema_mismatch_is_an_error(tmp_path: Path) -> None:
@@ -127,8 +138,72 @@ def test_schema_mismatch_is_an_error(tmp_path: Path) -> None:
         Dataset(tmp_path / "missing.zr")
 
 
-def test_verify_flag_reads_clean_data(tmp_path: Path) -> None:
-    ds = write_dataset(tmp_path / "v.zr", ARRAY)
-    with chute.Dataset(tmp_path / "v.zr", verify=True) as v:
-        assert np.array_equal(v[[3, 4]], ARRAY[[3, 4]])
+def test_verify_flag_reads_clean_data(tmp_path: Path, kind: dict[str, Any]) -> None:
+    ds = write_dataset(tmp_path / "v.zr", ARRAY, **kind)
+    with chute.Dataset(tmp_path / "v.zr", verify=True, threads=2) as v:
+        assert np.array_equal(v[[3, 4, 20, 39]], ARRAY[[3, 4, 20, 39]])
     ds.close()
+
+
+def test_array_properties_match_numpy(ds: Dataset) -> None:
+    assert (ds.ndim, ds.size, ds.nbytes) == (ARRAY.ndim, ARRAY.size, ARRAY.nbytes)
+
+
+def test_a_file_is_not_a_store(tmp_path: Path) -> None:
+    np.save(tmp_path / "images.npy", ARRAY)
+    with pytest.raises(StoreNotFoundError, match=r"images\.npy is a file, not a chute store"):
+        Dataset(tmp_path / "images.npy")
+    with pytest.raises(FileNotFoundError):  # what loaderx raises for it too
+        chute.RaggedDataset(tmp_path / "images.npy")
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
+def test_append_mode_adds_rows_and_keeps_the_codec(tmp_path: Path, codec: str) -> None:
+    path = tmp_path / "a.zr"
+    write_dataset(path, ARRAY[:25], codec=codec).close()
+    before = (path / "schema.json").read_bytes()
+    with write_dataset(path, ARRAY[25:], mode="a") as ds:
+        assert np.array_equal(ds[:], ARRAY)
+        counts = ds.store.stats()["codecs"]
+        assert {k for k, v in counts.items() if v} <= {codec, "raw"}
+    assert (path / "schema.json").read_bytes() == before
+    with write_dataset(tmp_path / "new.zr", ARRAY, mode="a") as fresh:  # creates when missing
+        assert len(fresh) == 40
+
+
+def test_append_mode_checks_the_schema(tmp_path: Path) -> None:
+    path = tmp_path / "a.zr"
+    write_dataset(path, ARRAY).close()
+    with pytest.raises(
+        chute.SchemaMismatchError, match=r"float32 records of shape \(2, 3\); cannot append float64"
+    ):
+        write_dataset(path, ARRAY.astype(np.float64), mode="a")
+    with pytest.raises(
+        chute.SchemaMismatchError, match=r"cannot append float32 records of shape \(3, 2\)"
+    ):
+        write_dataset(path, ARRAY.reshape(40, 3, 2), mode="a")
+    with pytest.raises(ValueError, match="written with codec 'zstd'; appending keeps it"):
+        write_dataset(path, ARRAY, codec="raw", mode="a")
+    with pytest.raises(ValueError, match="pick one"):
+        write_dataset(path, ARRAY, mode="a", overwrite=True)
+    with pytest.raises(ValueError, match="mode must be 'w'"):
+        write_dataset(path, ARRAY, mode="x")  # type: ignore[arg-type]
+    with pytest.raises(FileExistsError, match="mode='a' to append to it or overwrite=True"):
+        write_dataset(path, ARRAY)
+    assert len(Dataset(path)) == 40  # every refusal left the store as it was
+    chute.write_ragged(tmp_path / "r.zr", [np.arange(3)]).close()
+    with pytest.raises(chute.StoreKindError, match="append with write_ragged"):
+        write_dataset(tmp_path / "r.zr", np.zeros((2, 3)), mode="a")
+
+
+def test_ragged_append_mode(tmp_path: Path) -> None:
+    path = tmp_path / "r.zr"
+    seqs = [np.arange(n, dtype=np.int32) for n in (3, 0, 5, 2)]
+    chute.write_ragged(path, seqs[:2]).close()
+    with chute.write_ragged(path, seqs[2:], mode="a") as r:
+        assert len(r) == 4 and all(np.array_equal(r[i], s) for i, s in enumerate(seqs))
+    with pytest.raises(chute.SchemaMismatchError, match="cannot append variable-length int64"):
+        chute.write_ragged(path, [np.arange(3, dtype=np.int64)], mode="a")
+    with pytest.raises(chute.StoreKindError, match="append with write_dataset"):
+        chute.write_ragged(tmp_path / "f.zr" if write_dataset(tmp_path / "f.zr", ARRAY) else path,
+                           seqs, mode="a")  # fmt: skip

@@ -15,6 +15,14 @@ from hypothesis import strategies as st
 import chute
 from chute import DataLoader, RaggedDataset, pad, write_ragged
 
+#: One store, or shards of 7 records.
+KINDS: dict[str, dict[str, Any]] = {"single": {}, "sharded": {"shard_records": 7}}
+
+
+@pytest.fixture(params=list(KINDS))
+def kind(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return KINDS[request.param]
+
 
 def _seqs(n: int = 20, seed: int = 0, tail: tuple[int, ...] = ()) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
@@ -34,9 +42,11 @@ def _check_packed(packed: Any, expected: list[np.ndarray]) -> None:
 
 @pytest.mark.parametrize("codec", ["zstd", "raw", "zstd_dict"])
 @pytest.mark.parametrize("tail", [(), (3,), (2, 2)])
-def test_round_trip(tmp_path: Path, codec: str, tail: tuple[int, ...]) -> None:
+def test_round_trip(
+    tmp_path: Path, codec: str, tail: tuple[int, ...], kind: dict[str, Any]
+) -> None:
     seqs = _seqs(40, tail=tail)
-    ds = write_ragged(tmp_path / "r.zr", seqs, codec=codec, chunk_bytes=500)
+    ds = write_ragged(tmp_path / "r.zr", seqs, codec=codec, chunk_bytes=500, **kind)
     assert len(ds) == 40 and ds.dtype == np.int32 and ds.item_shape == tail
     idx = [5, 0, 39, 5]
     _check_packed(ds[idx], [seqs[i] for i in idx])
@@ -48,9 +58,9 @@ def test_round_trip(tmp_path: Path, codec: str, tail: tuple[int, ...]) -> None:
     ds.close()
 
 
-def test_empty_records_and_empty_batches(tmp_path: Path) -> None:
+def test_empty_records_and_empty_batches(tmp_path: Path, kind: dict[str, Any]) -> None:
     seqs = [np.arange(3.0), np.zeros(0), np.arange(2.0)]
-    ds = write_ragged(tmp_path / "r.zr", seqs)
+    ds = write_ragged(tmp_path / "r.zr", seqs, **({"shard_records": 2} if kind else {}))
     _check_packed(ds[[1, 0, 1, 2]], [seqs[1], seqs[0], seqs[1], seqs[2]])
     values, splits = ds[[]]
     assert values.shape == (0,) and splits.tolist() == [0]
@@ -90,9 +100,9 @@ def test_pad_keeps_every_row(rows: list[list[int]]) -> None:
         assert (padded[i, len(r) :] == 999).all()
 
 
-def test_getitems_padded_matches_gather_then_pad(tmp_path: Path) -> None:
+def test_getitems_padded_matches_gather_then_pad(tmp_path: Path, kind: dict[str, Any]) -> None:
     seqs = _seqs(10, tail=(3,))
-    ds = write_ragged(tmp_path / "r.zr", seqs)
+    ds = write_ragged(tmp_path / "r.zr", seqs, **kind)
     fused = ds.getitems_padded([4, 1, 7], max_len=40, pad_value=-5)
     separate = pad(*ds[[4, 1, 7]], max_len=40, pad_value=-5)
     np.testing.assert_array_equal(fused[0], separate[0])
@@ -139,10 +149,10 @@ def test_schema_matches_loaderx(tmp_path: Path) -> None:
     assert ours == theirs
 
 
-def test_loader_over_ragged_and_fixed_streams(tmp_path: Path) -> None:
+def test_loader_over_ragged_and_fixed_streams(tmp_path: Path, kind: dict[str, Any]) -> None:
     seqs = _seqs(50)
-    tokens = write_ragged(tmp_path / "tok.zr", seqs)
-    labels = chute.write_dataset(tmp_path / "lab.zr", np.arange(50, dtype=np.int32))
+    tokens = write_ragged(tmp_path / "tok.zr", seqs, **kind)
+    labels = chute.write_dataset(tmp_path / "lab.zr", np.arange(50, dtype=np.int32), **kind)
 
     def collate(batch: dict[str, Any]) -> dict[str, Any]:
         padded, lengths = pad(*batch["tokens"], max_len=32)
@@ -164,31 +174,33 @@ def test_loader_over_ragged_and_fixed_streams(tmp_path: Path) -> None:
             np.testing.assert_array_equal(row[:n], seqs[label])
 
 
-def test_bad_records_are_clear_errors(tmp_path: Path) -> None:
+def test_bad_records_are_clear_errors(tmp_path: Path, kind: dict[str, Any]) -> None:
+    kw = {"shard_records": 2} if kind else {}  # records 1 and 2 in different shards
     with pytest.raises(ValueError, match=r"record 1 has shape \(2, 4\).*\(rows, 3\)"):
-        write_ragged(tmp_path / "a.zr", [np.zeros((2, 3)), np.zeros((2, 4))])
+        write_ragged(tmp_path / "a.zr", [np.zeros((2, 3)), np.zeros((2, 4))], **kw)
     with pytest.raises(ValueError, match=r"record 0 has shape \(\)"):
-        write_ragged(tmp_path / "b.zr", [np.float32(1.0)])
+        write_ragged(tmp_path / "b.zr", [np.float32(1.0)], **kw)
     with pytest.raises(TypeError, match="record 1 has dtype float64, the set is int32"):
-        write_ragged(tmp_path / "c.zr", [np.zeros(2, np.int32), np.zeros(2)])
+        write_ragged(tmp_path / "c.zr", [np.zeros(2, np.int32), np.zeros(2)], **kw)
+    big = [np.zeros(1, np.uint8)] * 2 + [np.zeros(2_000_000, "u1")]
     with pytest.raises(ValueError, match="record 2 is 2000000 bytes"):
-        write_ragged(tmp_path / "d.zr", [np.zeros(1, np.uint8)] * 2 + [np.zeros(2_000_000, "u1")])
+        write_ragged(tmp_path / "d.zr", big, **kw)
     with pytest.raises(TypeError, match="holds Python objects"):
-        write_ragged(tmp_path / "o.zr", [np.array(["a", 1], dtype=object)])
+        write_ragged(tmp_path / "o.zr", [np.array(["a", 1], dtype=object)], **kw)
     with pytest.raises(ValueError, match="no records to write"):
-        write_ragged(tmp_path / "e.zr", [])
-    empty = write_ragged(tmp_path / "f.zr", [], dtype=np.int64, item_shape=(2,))
+        write_ragged(tmp_path / "e.zr", [], **kw)
+    empty = write_ragged(tmp_path / "f.zr", [], dtype=np.int64, item_shape=(2,), **kw)
     assert len(empty) == 0 and empty.item_shape == (2,)
     with pytest.raises(FileExistsError, match="overwrite=True"):
-        write_ragged(tmp_path / "f.zr", [np.zeros(1)])
-    assert len(write_ragged(tmp_path / "f.zr", [np.zeros(1)], overwrite=True)) == 1
+        write_ragged(tmp_path / "f.zr", [np.zeros(1)], **kw)
+    assert len(write_ragged(tmp_path / "f.zr", [np.zeros(1)], overwrite=True, **kw)) == 1
     with pytest.raises(ValueError, match="empty"):
         DataLoader({"x": empty})
 
 
-def test_wrong_kind_of_store_is_refused(tmp_path: Path) -> None:
-    chute.write_dataset(tmp_path / "fixed.zr", np.zeros((4, 2))).close()
-    write_ragged(tmp_path / "ragged.zr", [np.zeros(2)]).close()
+def test_wrong_kind_of_store_is_refused(tmp_path: Path, kind: dict[str, Any]) -> None:
+    chute.write_dataset(tmp_path / "fixed.zr", np.zeros((4, 2)), **kind).close()
+    write_ragged(tmp_path / "ragged.zr", [np.zeros(2)], **kind).close()
     with pytest.raises(chute.StoreError, match="fixed-shape records: open it with Dataset"):
         RaggedDataset(tmp_path / "fixed.zr")
     with pytest.raises(chute.StoreError, match="RaggedDataset"):

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chute import Sampler
+from chute import Sampler, WeightedSampler
 
 MODES = ["sequential", "iid", "cyclic"]
 
@@ -153,8 +153,10 @@ def test_bad_arguments_are_clear_errors() -> None:
         Sampler(10.0, 2)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="step"):
         Sampler(10, 2).seek(-1)
-    with pytest.raises(OverflowError, match="step"):
+    with pytest.raises(ValueError, match="step"):
         Sampler(10, 2).indices(-1)
+    with pytest.raises(TypeError, match="step must be an int"):
+        Sampler(10, 2).indices(1.5)  # type: ignore[arg-type]
 
 
 def test_numpy_integers_are_accepted() -> None:
@@ -182,3 +184,67 @@ def test_any_step_is_in_range_and_repeatable(
     np.testing.assert_array_equal(out, s.indices(step))
     if mode == "cyclic":
         assert len(np.unique(out)) == batch
+
+
+def test_weighted_frequencies_follow_the_weights() -> None:
+    weights = np.array([1.0, 2.0, 0.0, 4.0, 8.0, 0.5, 0.0, 16.5])
+    s = WeightedSampler(weights, batch_size=1000, seed=11)
+    draws = np.concatenate([s.indices(step) for step in range(200)])
+    assert set(np.unique(draws).tolist()) == {0, 1, 3, 4, 5, 7}  # zero weights never drawn
+    counts = np.bincount(draws.astype(np.int64), minlength=len(weights)).astype(float)
+    p = weights / weights.sum()
+    live = p > 0
+    expected = p[live] * draws.size
+    stat = float(((counts[live] - expected) ** 2 / expected).sum())
+    # chi-square with 5 degrees of freedom: P(stat > 20.5) < 0.001
+    assert stat < 20.5, (counts, expected)
+    np.testing.assert_allclose(s.probabilities, p)
+
+
+def test_weighted_class_balance_evens_out_classes() -> None:
+    labels = np.array([0] * 900 + [1] * 90 + [2] * 10)
+    weights = 1.0 / np.bincount(labels)[labels]
+    s = WeightedSampler(weights, batch_size=3000, seed=2)
+    seen = np.bincount(labels[s.indices(0).astype(np.int64)], minlength=3)
+    assert all(abs(c - 1000) < 150 for c in seen), seen  # ~6 sigma for p=1/3, n=3000
+
+
+def test_weighted_is_pure_in_step_and_seeks_in_constant_work() -> None:
+    w = np.random.default_rng(0).random(5000)
+    a, b = WeightedSampler(w, 64, seed=5), WeightedSampler(w, 64, seed=5)
+    far = 10**18
+    direct = a.indices(far)
+    for _ in range(30):  # history does not matter: nothing is replayed
+        next(b)
+    b.seek(far)
+    np.testing.assert_array_equal(next(b), direct)
+    assert b.step == far + 1
+    np.testing.assert_array_equal(
+        np.concatenate([a.indices(far, 0, 20), a.indices(far, 20, 64)]), direct
+    )
+    assert not np.array_equal(WeightedSampler(w, 64, seed=6).indices(far), direct)
+    assert int(direct.max()) < 5000 and direct.dtype == np.uint64
+
+
+def test_weighted_fingerprint_tracks_the_weights() -> None:
+    w = np.arange(1, 11, dtype=float)
+    assert WeightedSampler(w, 4).fingerprint() == WeightedSampler(w.copy(), 4, seed=3).fingerprint()
+    assert WeightedSampler(w, 4).fingerprint() != WeightedSampler(w[::-1], 4).fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ([], "non-empty 1-D"),
+        ([[1.0, 2.0]], "non-empty 1-D"),
+        (["a", "b"], "non-empty 1-D"),
+        ([True, False], "non-empty 1-D"),
+        ([1.0, -1.0], "non-negative"),
+        ([1.0, np.nan], "finite"),
+        ([1.0, np.inf], "finite"),
+        ([0.0, 0.0], "sum to 0"),
+    ],
+)
+def test_bad_weights_are_clear_errors(weights: list[object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        WeightedSampler(weights, 4)  # type: ignore[arg-type]

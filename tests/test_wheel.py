@@ -93,6 +93,9 @@ def test_wheel_installs_and_runs_outside_the_tree(dist: Path, tmp_path: Path) ->
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
     assert "chute/py.typed" in names
+    static = ROOT / "src/chute/metrics/dashboard/static"
+    for path in static.glob("*") if static.is_dir() else ():
+        assert f"chute/metrics/dashboard/static/{path.name}" in names, path.name
     assert any(n.startswith("chute/_native/_zrecord.") and n.endswith(".so") for n in names)
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)

@@ -8,18 +8,23 @@
 """
 
 from chute.dataset import Dataset, write_dataset
+from chute.datasets import append_dataset, append_ragged
 from chute.errors import (
     ChecksumError,
     ChuteError,
     CorruptStoreError,
+    IncompleteDatasetError,
+    RecordIndexError,
+    SchemaMismatchError,
     StoreClosedError,
     StoreError,
+    StoreKindError,
     StoreLockedError,
     StoreNotFoundError,
 )
-from chute.loader import DataLoader
+from chute.loader import DataLoader, EvalPass, iterate, split
 from chute.ragged import RaggedDataset, pad, write_ragged
-from chute.sampler import Sampler
+from chute.sampler import Sampler, SamplerLike, StepSampler, WeightedSampler
 from chute.store import Codec, RecordStore
 
 __all__ = [
@@ -29,14 +34,26 @@ __all__ = [
     "CorruptStoreError",
     "DataLoader",
     "Dataset",
+    "EvalPass",
+    "IncompleteDatasetError",
     "RaggedDataset",
+    "RecordIndexError",
     "RecordStore",
     "Sampler",
+    "SamplerLike",
+    "SchemaMismatchError",
+    "StepSampler",
     "StoreClosedError",
     "StoreError",
+    "StoreKindError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "WeightedSampler",
+    "append_dataset",
+    "append_ragged",
+    "iterate",
     "pad",
+    "split",
     "write_dataset",
     "write_ragged",
 ]

@@ -1,4 +1,5 @@
-"""What `Dataset` and `RaggedDataset` share: a read-only store with a dtype and a row shape."""
+"""What `Dataset` and `RaggedDataset` share: a read-only store (or sharded dataset) with a
+dtype and a row shape."""
 
 from __future__ import annotations
 
@@ -7,10 +8,27 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import numpy as np
+import numpy.typing as npt
 
 from chute._schema import read_schema
-from chute.errors import StoreError
+from chute.datasets import ShardedStore, is_sharded
+from chute.errors import RecordIndexError, StoreKindError
 from chute.store import RecordStore
+
+
+def check_indices(idx: npt.NDArray[Any], n: int) -> npt.NDArray[np.int64]:
+    """Integer indices as flat int64, negatives counted from the end (as numpy does)."""
+    flat = idx.reshape(-1)
+    if flat.size and (int(flat.min()) < -n or int(flat.max()) >= n):
+        bad = flat[(flat < -n) | (flat >= n)][0]
+        raise RecordIndexError(f"index {int(bad)} is out of range for a dataset of {n} records")
+    if flat.dtype.kind == "u":
+        return flat.astype(np.int64)
+    return np.where(flat < 0, flat + n, flat).astype(np.int64)
+
+
+def _reopen(cls: type[StoreView], path: str, verify: bool, threads: int | None) -> StoreView:
+    return cls(path, verify=verify, threads=threads)
 
 
 class StoreView:
@@ -22,21 +40,29 @@ class StoreView:
         self, path: str | os.PathLike[str], *, verify: bool = False, threads: int | None = None
     ) -> None:
         path = Path(path)
-        schema = read_schema(path)
+        sharded = ShardedStore(path, verify=verify, threads=threads) if is_sharded(path) else None
+        schema = sharded.schema if sharded is not None else read_schema(path)
         if bool(schema.get("ragged")) != self._ragged:
             kind, opener = (
                 ("variable-length", "RaggedDataset")
                 if schema.get("ragged")
                 else ("fixed-shape", "Dataset")
             )
-            raise StoreError(f"{path} holds {kind} records: open it with {opener}")
+            raise StoreKindError(f"{path} holds {kind} records: open it with {opener}")
         self._path = path
+        self._opened_at = path.absolute()  # what a pickled copy reopens, whatever its cwd
+        self._verify = verify
+        self._threads = threads
         self._schema = schema
         self._dtype: np.dtype[Any] = schema["dtype"]
         self._item_shape: tuple[int, ...] = schema.get(
             "item_shape" if self._ragged else "shape", ()
         )
-        self._store = RecordStore(path, mode="r", verify=verify, threads=threads)
+        self._store: RecordStore | ShardedStore = (
+            sharded
+            if sharded is not None
+            else RecordStore(path, mode="r", verify=verify, threads=threads)
+        )
 
     @property
     def path(self) -> Path:
@@ -47,17 +73,27 @@ class StoreView:
         return self._dtype
 
     @property
+    def codec(self) -> str:
+        """The codec named in schema.json (what the records were written with)."""
+        return str(self._schema.get("codec", "zstd"))
+
+    @property
     def item_shape(self) -> tuple[int, ...]:
         """The shape of one record (of one row, for variable-length records)."""
         return self._item_shape
 
     @property
-    def store(self) -> RecordStore:
-        """The underlying record store (read-only)."""
+    def store(self) -> RecordStore | ShardedStore:
+        """The underlying record store, or the shards of a sharded dataset (read-only)."""
         return self._store
 
     def __len__(self) -> int:
         return len(self._store)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as its path and options: the copy (in a worker process, say) reopens the
+        store by path, so the store must be reachable there."""
+        return (_reopen, (type(self), str(self._opened_at), self._verify, self._threads))
 
     def close(self) -> None:
         self._store.close()

@@ -1,4 +1,5 @@
-"""The ``chute`` command: convert, inspect, verify and compact stores; ``chute metrics ...``."""
+"""The ``chute`` command: convert, inspect, verify and compact stores and sharded datasets;
+``chute metrics ...``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import numpy as np
 
 from chute._schema import read_schema
 from chute.dataset import write_dataset
+from chute.datasets import is_sharded
+from chute.datasets._cli import COMMANDS as SHARDED_COMMANDS
 from chute.errors import ChuteError
 from chute.store import RecordStore
 from chute.store._format import CODEC_NAMES
@@ -19,10 +22,16 @@ from chute.store._format import CODEC_NAMES
 
 def _convert(args: argparse.Namespace) -> int:
     array = np.load(args.input, mmap_mode="r", allow_pickle=False)
-    ds = write_dataset(
-        args.output, array, codec=args.codec, dict_size=args.dict_size, level=args.level,
-        overwrite=args.overwrite, progress=not args.quiet,
-    )  # fmt: skip
+    try:
+        ds = write_dataset(
+            args.output, array, codec=args.codec, dict_size=args.dict_size, level=args.level,
+            mode="a" if args.append else "w", overwrite=args.overwrite, progress=not args.quiet,
+        )  # fmt: skip
+    except FileExistsError:  # said in the command line's words, not the function's
+        raise FileExistsError(
+            f"{args.output} exists and is not empty; pass --append to add the rows to it or "
+            "--overwrite to replace it"
+        ) from None
     stats = ds.store.stats()
     print(
         f"wrote {stats['records']} records of {ds.item_shape} {ds.dtype} to {args.output}: "
@@ -96,10 +105,14 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("convert", help="write a .npy array as a store, one record per row")
     c.add_argument("input", help="a .npy file (read memory-mapped)")
     c.add_argument("output", help="the store directory to create")
-    c.add_argument("--codec", choices=sorted(CODEC_NAMES), default="zstd")
+    c.add_argument(
+        "--codec", choices=sorted(CODEC_NAMES), help="default zstd (appending: the store's)"
+    )
     c.add_argument("--level", type=int, default=None, help="zstd level")
     c.add_argument("--dict-size", type=int, default=None, help="dictionary cap for zstd_dict")
-    c.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    into = c.add_mutually_exclusive_group()
+    into.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    into.add_argument("--append", action="store_true", help="add the rows to an existing store")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     c.set_defaults(run=_convert)
     for name, fn, text in (
@@ -120,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics_cli = importlib.import_module("chute.metrics._cli")
         return int(metrics_cli.main(args_list[1:]))
     args = _parser().parse_args(args_list)
+    if args.command in SHARDED_COMMANDS and is_sharded(args.store):
+        args.run = SHARDED_COMMANDS[args.command]
     try:
         return int(args.run(args))
     except (ChuteError, OSError, ValueError) as e:

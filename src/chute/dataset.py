@@ -12,11 +12,14 @@ import numpy as np
 import numpy.typing as npt
 from tqdm import tqdm
 
-from chute._schema import write_schema
-from chute._view import StoreView
-from chute.store import Codec, RecordStore
+from chute._schema import WriteMode, open_for_writing
+from chute._view import StoreView, check_indices
+from chute.datasets import is_sharded
+from chute.datasets._append import write_sharded
+from chute.datasets._write import check_sharding, remove_dataset_files
+from chute.store import Codec
 from chute.store._codec import sample_rows
-from chute.store._format import MAX_RECORD, codec_name, parse_codec
+from chute.store._format import MAX_RECORD
 
 __all__ = ["Dataset", "write_dataset"]
 
@@ -27,13 +30,16 @@ _PROGRESS_BYTES = 256 << 20
 def write_dataset(
     path: str | os.PathLike[str],
     array: Any,
-    codec: str = "zstd",
+    codec: str | None = None,
     chunk_bytes: int = 64 << 20,
     dict_size: int | None = None,
     *,
+    mode: WriteMode = "w",
     level: int | None = None,
     overwrite: bool = False,
     progress: bool | None = None,
+    shard_records: int | None = None,
+    workers: int | None = None,
 ) -> Dataset:
     """Write ``array`` as one record per slice along axis 0 and return it opened.
 
@@ -41,7 +47,16 @@ def write_dataset(
     an h5py or zarr array); it is read ``chunk_bytes`` at a time, never whole. A 1-D array
     becomes a dataset of scalars. ``codec`` is ``"zstd"`` (level 3), ``"raw"`` or
     ``"zstd_dict"`` (a dictionary of at most ``dict_size`` bytes trained on a spread of rows,
-    then level 19). ``progress`` shows a bar; by default only for writes over 256 MiB.
+    then level 19); the default is ``"zstd"``, or the store's own codec when appending.
+    ``progress`` shows a bar; by default only for writes over 256 MiB.
+
+    ``mode="w"`` writes a new store and refuses an existing one unless ``overwrite=True``;
+    ``mode="a"`` appends to an existing store (or creates it), after checking that the
+    array's dtype and row shape are the store's (`SchemaMismatchError` otherwise).
+
+    ``shard_records=N`` writes a sharded dataset (stores of N records each and a manifest,
+    see `chute.datasets`), ``workers`` shards at a time in a process pool; ``mode="a"``
+    on a sharded dataset appends to it (`chute.append_dataset`).
 
     >>> import tempfile, numpy as np
     >>> rows = np.arange(12, dtype=np.int16).reshape(4, 3)
@@ -61,16 +76,27 @@ def write_dataset(
     row_bytes = dtype.itemsize * math.prod(shape[1:])
     if row_bytes > MAX_RECORD:
         raise ValueError(f"one row is {row_bytes} bytes; the Zrecord format caps a record at 1 MiB")
-    c = parse_codec(codec)
-    if path.exists() and any(path.iterdir()) and not overwrite:
-        raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True to replace it")
+    check_sharding(shard_records, workers)
+    if shard_records is not None or (mode == "a" and is_sharded(path)):
+        options = {"codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size}
+        options["level"] = level
+        write_sharded(
+            path, "fixed", array, mode=mode, overwrite=overwrite,
+            shard_records=shard_records, workers=workers, options=options,
+        )  # fmt: skip
+        return Dataset(path)
+    if overwrite and is_sharded(path):
+        remove_dataset_files(path)
     n = shape[0]
     rows_per_step = max(1, chunk_bytes // max(row_bytes, 1))
     total = n * row_bytes
     show = progress if progress is not None else total > _PROGRESS_BYTES
-    with RecordStore(path, mode="w", codec=c, level=level) as store:
-        write_schema(path, {"dtype": dtype.str, "shape": list(shape[1:]), "codec": codec_name(c)})
-        if c is Codec.ZSTD_DICT:
+    fields = {"dtype": dtype.str, "shape": list(shape[1:])}
+    store, c = open_for_writing(
+        path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
+    )
+    with store:
+        if c is Codec.ZSTD_DICT and not store.has_dict and n:
             picks = sample_rows(n, row_bytes, dict_size)
             store.train_dict(_rows_as_bytes(np.asarray(array[picks]), len(picks)), dict_size)
         with tqdm(
@@ -102,6 +128,21 @@ class Dataset(StoreView):
     def shape(self) -> tuple[int, ...]:
         return (len(self), *self._item_shape)
 
+    @property
+    def ndim(self) -> int:
+        """Number of axes, the record axis included (as numpy, h5py and zarr arrays)."""
+        return 1 + len(self._item_shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements in the whole dataset."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Decoded bytes of the whole dataset (not its size on disk)."""
+        return self.size * self._dtype.itemsize
+
     def __getitems__(self, indices: Any) -> npt.NDArray[Any]:
         """A batch ``(n, *item_shape)`` for a flat sequence of indices: one native call."""
         idx = np.asarray(indices)
@@ -109,7 +150,7 @@ class Dataset(StoreView):
             if idx.size:
                 raise TypeError(f"dataset indices must be integers, got {idx.dtype}")
             idx = idx.astype(np.int64)
-        return self._take(idx.reshape(-1))
+        return self._take(check_indices(idx, len(self)))
 
     def __getitem__(self, key: Any) -> npt.NDArray[Any]:
         rest: tuple[Any, ...] = ()
@@ -123,10 +164,7 @@ class Dataset(StoreView):
         if isinstance(key, (bool, np.bool_)):
             raise TypeError("a boolean scalar is not a dataset index")
         if isinstance(key, (int, np.integer)):
-            i = int(key)
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of range for a dataset of {n} records")
-            out = self._take(np.array([i % n], np.int64))[0]
+            out = self._take(check_indices(np.array([int(key)]), n))[0]
         elif isinstance(key, slice):
             out = self._take(np.arange(n, dtype=np.int64)[key])
         else:
@@ -141,11 +179,7 @@ class Dataset(StoreView):
                         f"dataset indices must be integers or a boolean mask, got {idx.dtype}"
                     )
                 idx = idx.astype(np.int64)
-            if idx.size and (int(idx.min()) < -n or int(idx.max()) >= n):
-                bad = idx[(idx < -n) | (idx >= n)].flat[0]
-                raise IndexError(f"index {int(bad)} is out of range for a dataset of {n} records")
-            flat = np.where(idx < 0, idx + n, idx).astype(np.int64).reshape(-1)
-            out = self._take(flat).reshape(*idx.shape, *self._item_shape)
+            out = self._take(check_indices(idx, n)).reshape(*idx.shape, *self._item_shape)
         if rest:  # the remaining axes index within each record, as numpy would
             lead = (slice(None),) * (out.ndim - len(self._item_shape))
             out = out[(*lead, *rest)]

@@ -11,9 +11,15 @@ __all__ = [
     "ChecksumError",
     "ChuteError",
     "CorruptStoreError",
+    "IncompleteDatasetError",
+    "PlotError",
+    "RecordIndexError",
     "RunLockedError",
+    "RunNotFoundError",
+    "SchemaMismatchError",
     "StoreClosedError",
     "StoreError",
+    "StoreKindError",
     "StoreLockedError",
     "StoreNotFoundError",
     "WriterClosedError",
@@ -121,6 +127,25 @@ class ChecksumError(CorruptStoreError):
     """
 
 
+class IncompleteDatasetError(CorruptStoreError):
+    """A sharded dataset whose write has not finished: shards on disk but no manifest yet."""
+
+
+class StoreKindError(StoreError, ValueError):
+    """The store holds the other kind of records: fixed-shape for `RaggedDataset`, or
+    variable-length for `Dataset` (a ValueError, as in loaderx)."""
+
+
+class SchemaMismatchError(StoreError, ValueError):
+    """Records to append differ from the store's schema.json in dtype or record shape (a
+    ValueError, as in loaderx)."""
+
+
+class RecordIndexError(ChuteError, IndexError, RuntimeError):
+    """A record index outside the dataset. An IndexError, as in numpy; also a RuntimeError,
+    which is what loaderx raises for it, so code catching either keeps working."""
+
+
 class RunLockedError(ChuteError, RuntimeError):
     """Another writer (in another process) holds the metric run.
 
@@ -167,3 +192,12 @@ class BadChunkError(ChuteError, RuntimeError):
     def __init__(self, key: str, cause: BaseException) -> None:
         super().__init__(f"bad chunk {key!r}: {type(cause).__name__}: {cause}")
         self.key = key
+
+
+class PlotError(ChuteError, ValueError):
+    """A curve cannot be drawn as asked: a text metric, a missing metric or x axis, an x
+    that does not increase, a smoothing factor out of range, or an unwritable image type."""
+
+
+class RunNotFoundError(ChuteError, FileNotFoundError):
+    """No metric run, and no folder to search for runs, at the given path."""

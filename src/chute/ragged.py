@@ -12,17 +12,21 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from chute._schema import write_schema
-from chute._view import StoreView
+from chute._schema import WriteMode, open_for_writing
+from chute._view import StoreView, check_indices
+from chute.datasets import is_sharded
+from chute.datasets._append import write_sharded
+from chute.datasets._write import check_sharding, remove_dataset_files
 from chute.errors import CorruptStoreError
 from chute.store import Codec, RecordStore
-from chute.store._format import MAX_RECORD, codec_name, parse_codec
+from chute.store._format import MAX_RECORD
 
 __all__ = ["RaggedDataset", "pad", "write_ragged"]
 
@@ -58,26 +62,32 @@ def write_ragged(
     arrays: Iterable[Any],
     dtype: npt.DTypeLike | None = None,
     item_shape: tuple[int, ...] | None = None,
-    codec: str = "zstd",
+    codec: str | None = None,
     chunk_bytes: int = 64 << 20,
     dict_size: int | None = None,
     *,
+    mode: WriteMode = "w",
     level: int | None = None,
     overwrite: bool = False,
+    shard_records: int | None = None,
+    workers: int | None = None,
 ) -> RaggedDataset:
     """Write an iterable of variable-length arrays, one record each, and return it opened.
 
     Every array is ``(rows, *item_shape)`` of one dtype; both are taken from the first array
     unless given (a plain 1-D array is a sequence of scalar rows). Records are appended
     ``chunk_bytes`` at a time, so a generator is never held whole. ``codec`` is ``"zstd"``,
-    ``"raw"`` or ``"zstd_dict"`` (the dictionary is trained on the first chunk's records).
+    ``"raw"`` or ``"zstd_dict"`` (the dictionary is trained on the first chunk's records);
+    the default is ``"zstd"``, or the store's own codec when appending. ``mode`` is as in
+    `write_dataset`: ``"a"`` appends records of the store's dtype and row shape.
+    ``shard_records=N`` writes a sharded dataset of N records per store, ``workers`` shards
+    at a time in a process pool (see `chute.datasets`); ``mode="a"`` on a sharded dataset
+    appends to it (`chute.append_ragged`).
     """
     path = Path(path)
-    c = parse_codec(codec)
     want_dtype = None if dtype is None else np.dtype(dtype)
     want_shape = None if item_shape is None else tuple(int(d) for d in item_shape)
-    if path.exists() and any(path.iterdir()) and not overwrite:
-        raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True to replace it")
+    check_sharding(shard_records, workers)
     records = _records(arrays, want_dtype, want_shape)
     first = next(records, None)
     if first is None and (want_dtype is None or want_shape is None):
@@ -87,16 +97,24 @@ def write_ragged(
     assert set_dtype is not None and set_shape is not None
     if set_dtype.hasobject:
         raise TypeError(f"dtype {set_dtype} holds Python objects; only plain dtypes can be stored")
-    with RecordStore(path, mode="w", codec=c, level=level) as store:
-        write_schema(
-            path,
-            {
-                "ragged": True,
-                "dtype": set_dtype.str,
-                "item_shape": list(set_shape),
-                "codec": codec_name(c),
-            },
-        )
+    if shard_records is not None or (mode == "a" and is_sharded(path)):
+        options = {
+            "codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size, "level": level,
+            "dtype": set_dtype, "item_shape": set_shape,
+        }  # fmt: skip
+        rest = _within_cap(chain([first[0]] if first else [], (r for r, _, _ in records)))
+        write_sharded(
+            path, "ragged", rest, mode=mode, overwrite=overwrite,
+            shard_records=shard_records, workers=workers, options=options,
+        )  # fmt: skip
+        return RaggedDataset(path)
+    if overwrite and is_sharded(path):
+        remove_dataset_files(path)
+    fields = {"ragged": True, "dtype": set_dtype.str, "item_shape": list(set_shape)}
+    store, c = open_for_writing(
+        path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
+    )
+    with store:
         pending: list[npt.NDArray[Any]] = [first[0]] if first else []
         size = pending[0].nbytes if pending else 0
         written = 0
@@ -108,6 +126,16 @@ def write_ragged(
             size += record.nbytes
         _flush(store, pending, written, c, dict_size)
     return RaggedDataset(path)
+
+
+def _within_cap(records: Iterable[npt.NDArray[Any]]) -> Iterator[npt.NDArray[Any]]:
+    """The records, checked against the format's record cap by their index in the set."""
+    for i, record in enumerate(records):
+        if record.nbytes > MAX_RECORD:
+            raise ValueError(
+                f"record {i} is {record.nbytes} bytes; the Zrecord format caps a record at 1 MiB"
+            )
+        yield record
 
 
 def _flush(
@@ -193,11 +221,6 @@ class RaggedDataset(StoreView):
         if self._row_bytes == 0:
             self.close()
             raise CorruptStoreError(f"{self._path}/schema.json describes zero-byte rows")
-        self._codec = str(self._schema.get("codec", "zstd"))
-
-    @property
-    def codec(self) -> str:
-        return self._codec
 
     def _indices(self, key: Any) -> npt.NDArray[np.int64]:
         n = len(self)
@@ -208,11 +231,7 @@ class RaggedDataset(StoreView):
             if idx.size:
                 raise TypeError(f"dataset indices must be integers, got {idx.dtype}")
             return np.empty(0, np.int64)
-        idx = idx.reshape(-1).astype(np.int64)
-        if idx.size and (int(idx.min()) < -n or int(idx.max()) >= n):
-            bad = idx[(idx < -n) | (idx >= n)][0]
-            raise IndexError(f"index {int(bad)} is out of range for a dataset of {n} records")
-        return np.where(idx < 0, idx + n, idx)
+        return check_indices(idx, n)
 
     def _rows(self, byte_counts: npt.NDArray[Any], what: str) -> npt.NDArray[np.int64]:
         rows, rest = np.divmod(byte_counts.astype(np.int64), self._row_bytes)

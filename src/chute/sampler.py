@@ -1,21 +1,32 @@
-"""Index sampler of the step loader: the batch at step s is a pure function of (seed, s)."""
+"""Index samplers of the step loader: the batch at step s is a pure function of (seed, s).
+
+`Sampler` draws in three built-in modes, `WeightedSampler` draws with a probability per
+index, and `StepSampler` is the base a custom sampler (class-balanced, curriculum ...) fills
+in. The loader accepts any object with the `SamplerLike` protocol.
+"""
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+import hashlib
+import warnings
+from abc import ABC, abstractmethod
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from chute._native import fill as _fill
 
-__all__ = ["Sampler", "SamplerMode"]
+__all__ = ["Sampler", "SamplerLike", "SamplerMode", "StepSampler", "WeightedSampler"]
 
 SamplerMode = Literal["sequential", "iid", "cyclic"]
 """How a batch is drawn from ``[0, length)``."""
 
 _MODES: dict[str, int] = {"sequential": 0, "iid": 1, "cyclic": 2}
+_MODE_NAMES: dict[int, SamplerMode] = {0: "sequential", 1: "iid", 2: "cyclic"}
 _U64 = 1 << 64
+_UNIT_BITS = 53  # uniform doubles in [0, 1) carry 53 random bits
+_WEIGHTED_DOMAIN = 0x5765696768746564  # keeps weighted draws apart from iid draws of a seed
 
 
 def _check_u64(name: str, value: int, minimum: int = 0) -> int:
@@ -27,7 +38,112 @@ def _check_u64(name: str, value: int, minimum: int = 0) -> int:
     return value
 
 
-class Sampler:
+def mode_from_code(code: object, argument: str, stacklevel: int = 3) -> SamplerMode:
+    """loaderx's integer mode (0/1/2) as chute's mode name, with a DeprecationWarning."""
+    if isinstance(code, bool) or not isinstance(code, (int, np.integer)) or code not in _MODE_NAMES:
+        raise ValueError(
+            f"{argument}={code!r}: loaderx's mode codes are 0, 1 and 2; chute names them "
+            f"sampler='sequential', 'iid' or 'cyclic'"
+        )
+    name = _MODE_NAMES[int(code)]
+    warnings.warn(
+        f"{argument}={int(code)} is loaderx's mode code; chute spells it sampler={name!r}",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+    return name
+
+
+@runtime_checkable
+class SamplerLike(Protocol):
+    """What `DataLoader(sampler=...)` accepts: positions in ``[0, length)`` for any step.
+
+    ``indices(step, start, stop)`` must be a pure function of the sampler's configuration and
+    ``step`` (that is what makes resume exact and the stream independent of threads), and
+    return positions ``start:stop`` of the batch as a uint64 array. ``step`` and ``seek`` move
+    the sampler. An optional ``fingerprint()`` (a JSON-able value) goes into the loader's
+    state, so a resume with a different configuration is refused.
+    """
+
+    @property
+    def length(self) -> int: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def step(self) -> int: ...
+
+    def seek(self, step: int) -> None: ...
+
+    def indices(
+        self, step: int, start: int = 0, stop: int | None = None
+    ) -> npt.NDArray[np.uint64]: ...
+
+
+class StepSampler(ABC):
+    """Base of a sampler whose batch at a step depends on nothing but the step.
+
+    A subclass implements `fill` (write positions ``start:start + len(out)`` of the batch at
+    ``step`` into ``out``); slicing, seeking and iteration come from here. The sampler is an
+    endless iterator starting at `step`.
+    """
+
+    length: int
+    batch_size: int
+    seed: int
+
+    def __init__(self, length: int, batch_size: int, seed: int = 0) -> None:
+        self.length = _check_u64("length", length)
+        self.batch_size = _check_u64("batch_size", batch_size)
+        if self.length == 0:
+            raise ValueError("length must be positive: the index space is empty")
+        if self.batch_size == 0:
+            raise ValueError("batch_size must be positive")
+        self.seed = _check_u64("seed", seed)
+        self._step = 0
+
+    @abstractmethod
+    def fill(self, step: int, start: int, out: npt.NDArray[np.uint64]) -> None:
+        """Write positions ``start:start + len(out)`` of the batch at ``step`` into ``out``."""
+
+    def fingerprint(self) -> Any:
+        """A JSON-able summary of the configuration, compared on resume."""
+        return type(self).__qualname__
+
+    @property
+    def step(self) -> int:
+        """The step whose batch ``next()`` returns."""
+        return self._step
+
+    def seek(self, step: int) -> None:
+        """Make ``step`` the next step to draw; O(1), nothing is replayed."""
+        self._step = _check_u64("step", step)
+
+    def indices(self, step: int, start: int = 0, stop: int | None = None) -> npt.NDArray[np.uint64]:
+        """Positions ``start:stop`` of the batch at ``step`` (all of it by default).
+
+        A slice costs only its own length, which is how each host of a multi-host run draws
+        just its share of the global batch.
+        """
+        step = _check_u64("step", step)
+        end = self.batch_size if stop is None else stop
+        if not 0 <= start <= end <= self.batch_size:
+            raise ValueError(f"slice {start}:{end} is outside a batch of {self.batch_size}")
+        out = np.empty(end - start, dtype=np.uint64)
+        self.fill(step, start, out)
+        return out
+
+    def __iter__(self) -> StepSampler:
+        return self
+
+    def __next__(self) -> npt.NDArray[np.uint64]:
+        batch = self.indices(self._step)
+        self._step += 1
+        return batch
+
+
+class Sampler(StepSampler):
     """Draws a batch of indices in ``[0, length)`` for any training step, in O(batch).
 
     Modes:
@@ -39,69 +155,96 @@ class Sampler:
         from cycle to cycle because the permutation does.
 
     Nothing depends on earlier draws, so ``indices(step)`` and ``seek(step)`` cost the same for
-    step 10 and step 10**12. The sampler is also an endless iterator starting at ``step``.
-    """
+    step 10 and step 10**12.
 
-    __slots__ = ("_code", "_step", "batch_size", "length", "mode", "seed")
+    >>> s = Sampler(10, 4, "sequential")
+    >>> s.indices(2).tolist()
+    [8, 9, 0, 1]
+    """
 
     def __init__(
         self, length: int, batch_size: int, mode: SamplerMode = "cyclic", seed: int = 0
     ) -> None:
+        if not isinstance(mode, str):
+            mode = mode_from_code(mode, "mode")
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {get_args(SamplerMode)}, got {mode!r}")
-        self.length = _check_u64("length", length)
-        self.batch_size = _check_u64("batch_size", batch_size)
-        if self.length == 0:
-            raise ValueError("length must be positive: the index space is empty")
-        if self.batch_size == 0:
-            raise ValueError("batch_size must be positive")
+        super().__init__(length, batch_size, seed)
         if mode == "cyclic" and self.batch_size > self.length:
             raise ValueError(
                 f"a cyclic batch of {self.batch_size} cannot be drawn without replacement "
-                f"from {self.length} indices; use mode='iid' or a smaller batch"
+                f"from {self.length} indices; draw with replacement (sampler='iid') or use "
+                "a smaller batch"
             )
         self.mode: SamplerMode = mode
-        self.seed = _check_u64("seed", seed)
         self._code = _MODES[mode]
-        self._step = 0
-
-    @property
-    def step(self) -> int:
-        """The step whose batch ``next()`` returns."""
-        return self._step
 
     @property
     def steps_per_cycle(self) -> int | None:
         """Steps in one permutation (cyclic mode), or None for the modes without cycles."""
         return self.length // self.batch_size if self._code == 2 else None
 
-    def seek(self, step: int) -> None:
-        """Make ``step`` the next step to draw; O(1) in every mode."""
-        self._step = _check_u64("step", step)
-
-    def indices(self, step: int, start: int = 0, stop: int | None = None) -> npt.NDArray[np.uint64]:
-        """Positions ``start:stop`` of the batch at ``step`` (all of it by default).
-
-        A slice costs only its own length, which is how each host of a multi-host run draws
-        just its share of the global batch.
-        """
-        end = self.batch_size if stop is None else stop
-        if not 0 <= start <= end <= self.batch_size:
-            raise ValueError(f"slice {start}:{end} is outside a batch of {self.batch_size}")
-        out = np.empty(end - start, dtype=np.uint64)
+    def fill(self, step: int, start: int, out: npt.NDArray[np.uint64]) -> None:
         _fill(self._code, self.length, self.batch_size, self.seed, step, start, out)
-        return out
 
-    def __iter__(self) -> Sampler:
-        return self
-
-    def __next__(self) -> npt.NDArray[np.uint64]:
-        batch = self.indices(self._step)
-        self._step += 1
-        return batch
+    def fingerprint(self) -> Any:
+        return self.mode
 
     def __repr__(self) -> str:
         return (
             f"Sampler(length={self.length}, batch_size={self.batch_size}, "
             f"mode={self.mode!r}, seed={self.seed}, step={self._step})"
+        )
+
+
+class WeightedSampler(StepSampler):
+    """Draws index i with probability ``weights[i] / sum(weights)``, with replacement.
+
+    Each draw is one counter-based uniform number (keyed by seed, step and position, from the
+    same generator as ``"iid"``) mapped through the cumulative weights by binary search, so a
+    batch costs O(batch * log(length)) and ``seek`` is O(1) as in every mode. An index of
+    weight 0 is never drawn. Class balancing is a weight per index:
+    ``weights = 1 / class_counts[labels]``.
+
+    >>> s = WeightedSampler([0.0, 1.0, 0.0, 3.0], batch_size=8, seed=1)
+    >>> sorted(set(s.indices(0).tolist())) in ([1, 3], [3])
+    True
+    """
+
+    def __init__(self, weights: npt.ArrayLike, batch_size: int, seed: int = 0) -> None:
+        w = np.asarray(weights)
+        if w.ndim != 1 or w.size == 0 or w.dtype.kind not in "iuf" or w.dtype == np.bool_:
+            raise ValueError(f"weights must be a non-empty 1-D array of numbers, got {w.dtype}")
+        w = w.astype(np.float64)
+        if not np.isfinite(w).all() or (w < 0).any():
+            raise ValueError("weights must be finite and non-negative")
+        super().__init__(w.size, batch_size, seed)
+        self._cdf = np.cumsum(w)
+        self._total = float(self._cdf[-1])
+        if not self._total > 0:
+            raise ValueError("weights sum to 0: no index can be drawn")
+        self._last = int(np.flatnonzero(w)[-1])  # rounding can never pick a zero weight past it
+        self._digest = hashlib.blake2b(w.tobytes(), digest_size=8).hexdigest()
+        self._key = (self.seed ^ _WEIGHTED_DOMAIN) % _U64
+
+    @property
+    def probabilities(self) -> npt.NDArray[np.float64]:
+        """Each index's probability per draw."""
+        return np.diff(self._cdf, prepend=0.0) / self._total
+
+    def fill(self, step: int, start: int, out: npt.NDArray[np.uint64]) -> None:
+        bits = np.empty(len(out), np.uint64)
+        _fill(_MODES["iid"], 1 << _UNIT_BITS, self.batch_size, self._key, step, start, bits)
+        target = bits.astype(np.float64) * (self._total / (1 << _UNIT_BITS))
+        picks = np.searchsorted(self._cdf, target, side="right")
+        np.minimum(picks, self._last, out=picks)
+        out[:] = picks
+
+    def fingerprint(self) -> Any:
+        return {"kind": "weighted", "length": self.length, "weights": self._digest}
+
+    def __repr__(self) -> str:
+        return (
+            f"WeightedSampler(length={self.length}, batch_size={self.batch_size}, "
+            f"seed={self.seed}, weights={self._digest}, step={self._step})"
         )

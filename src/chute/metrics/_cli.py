@@ -1,4 +1,4 @@
-"""`chute metrics ...`: convert jsonl logs, list, tail and plot runs."""
+"""`chute metrics ...`: convert jsonl logs, list, tail and plot runs, serve a live dashboard."""
 
 from __future__ import annotations
 
@@ -54,12 +54,29 @@ def _parser() -> argparse.ArgumentParser:
         help="with -f: stop after this long without new steps",
     )
 
-    pl = sub.add_parser("plot", help="plot metrics of a run to an image (needs matplotlib)")
-    pl.add_argument("run")
-    pl.add_argument("metrics", nargs="+")
-    pl.add_argument("-o", "--output", required=True, help="image file, e.g. out.png")
+    pl = sub.add_parser(
+        "plot",
+        help="plot metrics of runs, overlaid, to an image (needs matplotlib)",
+        description="RUN METRIC... plots one run. To compare runs, name the metrics with "
+        "-m (then every positional is a run) or the runs with -r (then every positional "
+        "is a metric).",
+    )
+    pl.add_argument("names", nargs="*", metavar="RUN|METRIC")
+    pl.add_argument("-m", "--metric", action="append", default=[], help="a metric (repeatable)")
+    pl.add_argument("-r", "--run", action="append", default=[], help="a run (repeatable)")
+    pl.add_argument("-o", "--output", required=True, help="the image file to write, e.g. out.png")
     pl.add_argument("--x", default="step", help='x axis: "step" or a metric such as walltime')
-    pl.add_argument("--smooth", type=float, default=0.9, help="EMA factor in [0, 1)")
+    pl.add_argument("--logy", action="store_true", help="logarithmic y axis")
+    pl.add_argument(
+        "--smooth", type=float, default=0.0, metavar="FACTOR",
+        help="EMA factor in [0, 1) drawn over faint raw curves (default 0: no smoothing)",
+    )  # fmt: skip
+
+    sv = sub.add_parser("serve", help="live dashboard of runs in the browser (chute[dashboard])")
+    sv.add_argument("paths", nargs="+", metavar="PATH", help="runs, or folders searched for runs")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    sv.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
+    sv.add_argument("--open", action="store_true", help="open the page in a web browser")
     return p
 
 
@@ -73,14 +90,43 @@ def main(argv: list[str]) -> int:
             return _ls(args.run)
         if args.cmd == "tail":
             return _tail(args)
-        from ._plot import plot_run
-
-        plot_run(args.run, args.metrics, args.output, x=args.x, smooth=args.smooth)
-        print(f"wrote {args.output}")
-        return 0
+        if args.cmd == "serve":
+            return _serve(args)
+        return _plot(args)
     except (OSError, ValueError, KeyError, ImportError) as e:
         print(f"chute metrics {args.cmd}: {e}", file=sys.stderr)
         return 1
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from ._plot import plot_runs
+
+    if args.run and args.metric:
+        runs, metrics = args.run, args.metric
+        if args.names:
+            raise ValueError("with both -r and -m, give no positional names")
+    elif args.run:
+        runs, metrics = args.run, args.names
+    elif args.metric:
+        runs, metrics = args.names, args.metric
+    else:
+        runs, metrics = args.names[:1], args.names[1:]
+    if not runs or not metrics:
+        raise ValueError("name a run and its metrics (RUN METRIC...), or use -m/-r to compare runs")
+    missing = plot_runs(runs, metrics, args.output, x=args.x, smooth=args.smooth, logy=args.logy)
+    for run, name in missing:
+        print(f"note: run {run} has no metric {name!r}", file=sys.stderr)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from .dashboard import serve
+    except ImportError as e:
+        raise ImportError(f"the dashboard needs: pip install 'chute[dashboard]' ({e})") from e
+    serve(args.paths, host=args.host, port=args.port, open_browser=args.open)
+    return 0
 
 
 def _from_jsonl(args: argparse.Namespace) -> int:

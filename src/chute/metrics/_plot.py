@@ -1,32 +1,70 @@
-"""Plots of a run's metrics: raw curves faint, EMA-smoothed curves on top."""
+"""PNG (or SVG, PDF...) plots comparing runs: one panel per metric, one colour per run."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any
 
 import numpy as np
 
+from chute.errors import PlotError
+
 from ._reader import Reader
+from ._smooth import ema, thin
+
+_PIXELS = 2000  # thinning budget per curve: far more points than the image has columns
 
 
-def ema(values: np.ndarray[Any, Any], factor: float) -> np.ndarray[Any, Any]:
-    """Debiased exponential moving average (NaNs carry the previous value)."""
-    if not 0 <= factor < 1:
-        raise ValueError(f"smoothing factor must be in [0, 1), got {factor}")
-    out = np.empty(len(values), dtype=np.float64)
-    acc, weight = 0.0, 0.0
-    for i, v in enumerate(values.astype(np.float64)):
-        if np.isfinite(v):
-            acc = factor * acc + (1 - factor) * v
-            weight = factor * weight + (1 - factor)
-        out[i] = acc / weight if weight else np.nan
-    return out
+def run_labels(runs: list[str]) -> list[str]:
+    """Short distinct legend labels: base names when those differ, else the paths as given.
+
+    >>> run_labels(["exp/a/", "exp/b"]), run_labels(["x/run", "y/run"])
+    (['a', 'b'], ['x/run', 'y/run'])
+    """
+    paths = [r.rstrip("/") or r for r in runs]
+    names = [os.path.basename(p) or p for p in paths]
+    return names if len(set(names)) == len(names) else paths
 
 
-def plot_run(
-    run: str, metrics: list[str], output: str, x: str = "step", smooth: float = 0.9
-) -> None:
-    """Write one panel per metric to `output`, against steps or another metric (e.g. walltime)."""
+def _curve(r: Reader, name: str, x: str, run: str) -> tuple[np.ndarray[Any, Any], ...]:
+    if x == "step":
+        steps, y = r.metric(name, dtype="storage")
+        xs = steps.astype(np.float64)
+    else:
+        if x not in r.metrics():
+            raise PlotError(f"run {run!r} has no metric {x!r} to use as the x axis")
+        _steps, cols = r.table(dict.fromkeys([x, name]), on=x, dtype="storage")
+        xs, y = cols[x], cols[name]
+        if xs.dtype == object:
+            raise PlotError(f"x metric {x!r} of run {run!r} holds text, not numbers")
+    if y.dtype == object:
+        raise PlotError(
+            f"metric {name!r} of run {run!r} holds text, not numbers; it cannot be plotted"
+        )
+    return xs.astype(np.float64), y.astype(np.float64)
+
+
+def plot_runs(
+    runs: list[str],
+    metrics: list[str],
+    output: str,
+    *,
+    x: str = "step",
+    smooth: float = 0.0,
+    logy: bool = False,
+) -> list[tuple[str, str]]:
+    """Write one panel per metric with every run overlaid to exactly the file `output`.
+
+    The format follows the file's extension (PNG when it has none). `smooth` in [0, 1)
+    draws an EMA over faint raw curves; 0 (the default) draws the raw values only.
+    Returns the (run, metric) pairs left out because that run lacks the metric; a metric
+    no run has is an error, and so is a text metric.
+    """
+    if not runs or not metrics:
+        raise PlotError("plot needs at least one run and one metric")
+    if not 0 <= smooth < 1:
+        raise PlotError(f"smoothing factor must be in [0, 1), got {smooth}")
     try:
         import matplotlib
 
@@ -34,23 +72,75 @@ def plot_run(
         import matplotlib.pyplot as plt
     except ImportError as e:
         raise ImportError("plotting needs matplotlib: pip install 'chute[plot]'") from e
-    fig, axes = plt.subplots(len(metrics), 1, figsize=(8, 2.6 * len(metrics)), squeeze=False)
-    with Reader(run) as r:
-        for ax, name in zip(axes[:, 0], metrics, strict=True):
-            if x == "step":
-                steps, y = r.metric(name, dtype=np.float64)
-                xs = steps.astype(np.float64)
-            else:
-                _steps, cols = r.table([x, name], on=x, dtype=np.float64)
-                xs, y = cols[x], cols[name]
-            ax.plot(xs, y, color="C0", alpha=0.3, linewidth=0.8, label="raw")
-            if smooth > 0 and len(y):
-                ax.plot(xs, ema(y, smooth), color="C0", linewidth=1.6, label=f"ema {smooth}")
-            ax.set_ylabel(name)
+    fmt = os.path.splitext(output)[1][1:].lower() or "png"
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(8, 2.8 * len(metrics)), squeeze=False)
+    try:
+        supported = fig.canvas.get_supported_filetypes()
+        if fmt not in supported:
+            raise PlotError(
+                f"cannot write {output!r}: unknown image type {fmt!r} "
+                f"(one of {', '.join(sorted(supported))})"
+            )
+        missing = _draw(axes[:, 0], runs, metrics, x=x, smooth=smooth, logy=logy)
+        fig.tight_layout()
+        _save(fig, output, fmt)
+    finally:
+        plt.close(fig)
+    return missing
+
+
+def _draw(
+    axes: Any, runs: list[str], metrics: list[str], *, x: str, smooth: float, logy: bool
+) -> list[tuple[str, str]]:
+    missing = []
+    readers = [Reader(run) for run in runs]
+    try:
+        for ax, name in zip(axes, metrics, strict=True):
+            drawn = 0
+            for i, (run, label, r) in enumerate(zip(runs, run_labels(runs), readers, strict=True)):
+                if name not in r.metrics():
+                    missing.append((run, name))
+                    continue
+                xs, y = _curve(r, name, x, run)
+                color = f"C{i % 10}"
+                if smooth > 0 and len(y):
+                    keep = thin(xs, y, _PIXELS)
+                    ax.plot(xs[keep], y[keep], color=color, alpha=0.25, linewidth=0.8)
+                    s = ema(y, smooth)[0]
+                    keep = thin(xs, s, _PIXELS)
+                    ax.plot(xs[keep], s[keep], color=color, linewidth=1.6, label=label)
+                else:
+                    keep = thin(xs, y, _PIXELS)
+                    ax.plot(xs[keep], y[keep], color=color, linewidth=1.2, label=label)
+                drawn += 1
+            if not drawn:
+                raise PlotError(
+                    f"no run has a metric {name!r} (`chute metrics ls RUN` lists them)"
+                )
+            if logy:
+                ax.set_yscale("log")
+            ax.set_title(name + (f"  (EMA {smooth})" if smooth > 0 else ""), fontsize="medium")
             ax.grid(alpha=0.3)
             ax.legend(loc="best", fontsize="small")
-        axes[-1, 0].set_xlabel(x)
-    fig.suptitle(run, fontsize="small")
-    fig.tight_layout()
-    fig.savefig(output, dpi=110)
-    plt.close(fig)
+        axes[-1].set_xlabel(x)
+    finally:
+        for r in readers:
+            r.close()
+    return missing
+
+
+def _save(fig: Any, output: str, fmt: str) -> None:
+    """Write to a temporary file beside `output`, then rename: never a torn or renamed file."""
+    folder = os.path.dirname(os.path.abspath(output))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".chute-plot-", suffix="." + fmt)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format=fmt, dpi=110)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+        os.replace(tmp, output)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

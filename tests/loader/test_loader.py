@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import chute
 from chute import DataLoader
 
 MODES = ["sequential", "iid", "cyclic"]
@@ -188,6 +189,7 @@ def test_close_stops_threads() -> None:
 def test_interpreter_exit_with_open_loaders_is_clean() -> None:
     code = """
 import time, numpy as np
+import chute
 from chute import DataLoader
 class Slow:
     def __len__(self): return 100
@@ -338,7 +340,166 @@ def test_moving_the_sampler_directly_is_followed() -> None:
 
 
 def test_training_loop_example_resumes_exactly() -> None:
-    example = Path(__file__).resolve().parents[1] / "examples" / "train_resume.py"
+    example = Path(__file__).resolve().parents[2] / "examples" / "train_resume.py"
     proc = subprocess.run([sys.executable, str(example)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "40 steps identical" in proc.stdout
+
+
+def test_huge_prefetch_is_refused_not_a_hang() -> None:
+    code = """
+import numpy as np
+import chute
+from chute import DataLoader
+try:
+    DataLoader({"x": np.arange(100)}, batch_size=10, prefetch=10**7)
+except ValueError as e:
+    print("refused:", e)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "refused: prefetch must be in [1, 256]" in proc.stdout
+    assert "held in memory" in proc.stdout
+    with DataLoader({"x": np.arange(100)}, batch_size=10, prefetch=256, num_threads=2) as dl:
+        assert next(dl)["x"].shape == (10,)  # the maximum itself works
+    for bad in (2.5, "4", True):
+        with pytest.raises(TypeError, match="prefetch must be an int"):
+            DataLoader({"x": np.arange(100)}, batch_size=10, prefetch=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="num_threads must be in"):
+        DataLoader({"x": np.arange(100)}, batch_size=10, num_threads=10**6)
+
+
+@pytest.mark.parametrize("step", [3.9, "7", True, None, 3.0, [3]])
+def test_load_state_dict_refuses_a_step_that_is_not_an_int(step: Any) -> None:
+    with DataLoader({"a": np.arange(100)}, batch_size=10) as dl:
+        state = {**dl.state_dict(), "step": step}
+        with pytest.raises(TypeError, match="saved step must be an int"):
+            dl.load_state_dict(state)
+        with pytest.raises(ValueError, match="saved step must be in"):
+            dl.load_state_dict({**state, "step": -1})
+        assert dl.step == 0
+        dl.load_state_dict({**state, "step": np.int64(7)})
+        assert dl.step == 7
+
+
+def test_a_version_1_state_still_loads() -> None:
+    with DataLoader({"a": np.arange(100)}, batch_size=10, seed=4) as dl:
+        old = {"version": 1, "step": 12, "seed": 4, "sampler": "cyclic", "batch_size": 10,
+               "length": 100}  # fmt: skip
+        dl.load_state_dict(old)
+        assert dl.step == 12
+
+
+class Every3rd:
+    """A user's sampler written against the protocol only (no chute base class)."""
+
+    def __init__(self, length: int, batch_size: int) -> None:
+        self.length, self.batch_size, self.step = length, batch_size, 0
+
+    def seek(self, step: int) -> None:
+        self.step = step
+
+    def indices(self, step: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        stop = self.batch_size if stop is None else stop
+        pos = np.arange(step * self.batch_size + start, step * self.batch_size + stop)
+        return (pos * 3 % self.length).astype(np.uint64)
+
+
+def test_a_protocol_sampler_object_drives_the_loader() -> None:
+    sampler = Every3rd(N, 8)
+    with DataLoader({"y": np.arange(N)}, sampler=sampler, num_threads=2) as dl:
+        assert dl.batch_size == 8
+        got = _take(dl, 3)
+        np.testing.assert_array_equal(got[2]["y"], np.arange(16, 24) * 3)
+        state = dl.state_dict()
+        assert state["sampler"] == "Every3rd" and state["seed"] is None
+    with DataLoader({"y": np.arange(N)}, sampler=Every3rd(N, 8), shard=(1, 2)) as dl:
+        dl.load_state_dict(state)
+        np.testing.assert_array_equal(next(dl)["y"], np.arange(28, 32) * 3)
+
+
+def test_a_step_sampler_subclass_and_its_fingerprint() -> None:
+    class Reversed(chute.StepSampler):
+        def fill(self, step: int, start: int, out: np.ndarray) -> None:
+            first = step * self.batch_size + start
+            out[:] = self.length - 1 - (np.arange(first, first + len(out)) % self.length)
+
+    with DataLoader({"y": np.arange(10)}, sampler=Reversed(10, 4, seed=3)) as dl:
+        assert next(dl)["y"].tolist() == [9, 8, 7, 6]
+        assert dl.state_dict()["seed"] == 3
+        assert (
+            dl.state_dict()["sampler"]
+            == "test_a_step_sampler_subclass_and_its_fingerprint.<locals>.Reversed"
+        )
+
+
+def test_sampler_objects_are_checked() -> None:
+    streams = {"y": np.arange(N)}
+    with pytest.raises(TypeError, match="sampler= takes"):
+        DataLoader(streams, sampler=object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="differs from the sampler's batch_size"):
+        DataLoader(streams, batch_size=16, sampler=Every3rd(N, 8))
+    with pytest.raises(TypeError, match="seed= goes to the sampler object"):
+        DataLoader(streams, sampler=Every3rd(N, 8), seed=1)
+    with pytest.raises(ValueError, match="draws from 50 positions, the loader has 1000"):
+        DataLoader(streams, sampler=Every3rd(50, 8))
+    with pytest.raises(ValueError, match="loaderx's mode codes"):
+        DataLoader(streams, 4, 1)  # type: ignore[arg-type]
+
+
+def test_weighted_sampler_in_a_loader_resumes_exactly() -> None:
+    weights = np.linspace(0, 1, N)
+    streams = {"y": np.arange(N)}
+
+    def loader(**kw: Any) -> DataLoader:
+        return DataLoader(streams, sampler=chute.WeightedSampler(weights, 32, seed=9), **kw)
+
+    with loader(num_threads=1) as dl:
+        expected = _take(dl, 10)
+    got: list[dict[str, Any]] = []
+    state = None
+    for stop, threads in [(3, 2), (4, 3), (3, 1)]:
+        with loader(num_threads=threads, prefetch=3) as dl:
+            if state is not None:
+                dl.load_state_dict(state)
+            got += _take(dl, stop)
+            state = json.loads(json.dumps(dl.state_dict()))
+    _assert_same(got, expected)
+    other = chute.WeightedSampler(weights[::-1].copy(), 32, seed=9)
+    with (
+        DataLoader(streams, sampler=other) as dl,
+        pytest.raises(ValueError, match="sampler: saved"),
+    ):
+        dl.load_state_dict(state)
+
+
+def test_loaderx_argument_names_warn_and_work() -> None:
+    streams = {"y": np.arange(N)}
+    with pytest.warns(
+        DeprecationWarning, match="num_workers= is loaderx's name; chute spells it num_threads="
+    ):
+        dl = DataLoader(streams, batch_size=8, num_workers=2)
+    assert dl.num_threads == 2
+    dl.close()
+    with pytest.warns(
+        DeprecationWarning, match="prefetch_size= is loaderx's name; chute spells it prefetch="
+    ):
+        dl = DataLoader(streams, batch_size=8, prefetch_size=3)
+    assert dl.prefetch == 3
+    dl.close()
+    for code, name in [(0, "sequential"), (1, "iid"), (2, "cyclic")]:
+        with pytest.warns(DeprecationWarning, match=f"chute spells it sampler='{name}'"):
+            dl = DataLoader(streams, batch_size=8, mode=code, seed=42)
+        assert isinstance(dl.sampler, chute.Sampler) and dl.sampler.mode == name
+        with DataLoader(streams, batch_size=8, sampler=name, seed=42) as same:
+            np.testing.assert_array_equal(next(dl)["y"], next(same)["y"])
+        dl.close()
+    with pytest.raises(ValueError, match="loaderx's mode codes are 0, 1 and 2"):
+        DataLoader(streams, batch_size=8, mode=5)
+    with pytest.raises(TypeError, match=r"both num_workers= .* and num_threads="):
+        DataLoader(streams, batch_size=8, num_workers=2, num_threads=2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'prefetch_factor'"):
+        DataLoader(streams, batch_size=8, prefetch_factor=2)
+    with pytest.warns(DeprecationWarning, match="spells it sampler='iid'"):
+        s = chute.Sampler(100, 4, 1)  # type: ignore[arg-type]
+    assert s.mode == "iid"

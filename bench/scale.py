@@ -1,0 +1,206 @@
+"""Past one machine: sharded gathers, Ray conversion and Ray reads, side by side in one run.
+
+(a) gather throughput of a 16-shard dataset against one store of the same records (the store
+    benchmark's (3, 64, 64) uint8 workload, zstd, batches of random indices; target >= 0.95x);
+(b) conversion: `chute.ray.write_dataset` on local Ray workers against single-process
+    `chute.write_dataset` and against Ray's own `write_parquet` of the same data, with how the
+    work split into Ray tasks;
+(c) reading on Ray: `chute.ray.read_dataset(...).iter_batches` against `ray.data.read_parquet`.
+
+Results are ratios within one run (the machines here are shared). Writes bench/results/scale.md.
+
+    python bench/scale.py [--records 20000] [--batches 200] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import chute
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from store import structured  # the store benchmark's workload
+
+ROOT = Path(__file__).resolve().parent
+DATA = ROOT / "data" / "scale"
+RESULTS = ROOT / "results"
+MiB = 1 << 20
+
+
+def best_of(fn: Callable[[], object], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def gather(images: np.ndarray, batches: int, batch: int, rounds: int) -> list[str]:
+    """(a): the same random batches from one store and from 16 shards, interleaved rounds."""
+    n = len(images)
+    one = chute.write_dataset(DATA / "one", images, progress=False, overwrite=True)
+    many = chute.write_dataset(
+        DATA / "sharded", images, shard_records=-(-n // 16), progress=False, overwrite=True
+    )
+    rng = np.random.default_rng(0)
+    plan = [rng.integers(0, n, batch) for _ in range(batches)]
+    readers = {"one store": one.__getitems__, "16 shards": many.__getitems__}
+    for read in readers.values():  # warm the page cache and the shard handles
+        for idx in plan[:10]:
+            read(idx)
+    times = {name: float("inf") for name in readers}
+    for _ in range(rounds):
+        for name, read in readers.items():
+            times[name] = min(times[name], best_of(lambda r=read: [r(i) for i in plan], 1))
+    mib = batches * batch * images[0].nbytes / MiB
+    base = times["one store"]
+    lines = [
+        "## (a) Gather: 16 shards against one store",
+        "",
+        f"{n} records of {images.shape[1:]} {images.dtype}, zstd, {batches} batches of "
+        f"{batch} random indices, best of {rounds} interleaved rounds, warm page cache.",
+        "",
+        "| layout | gather MiB/s | per batch | vs one store |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, t in times.items():
+        lines.append(
+            f"| {name} | {mib / t:.0f} | {t / batches * 1e3:.2f} ms | {base / t:.2f}x |"
+        )
+    one.close()
+    many.close()
+    return lines
+
+
+def ray_part(images: np.ndarray, workers: int, rounds: int, batch: int) -> list[str]:
+    """(b) and (c) on a local Ray of ``workers`` CPUs."""
+    import ray
+    import ray.data
+
+    import chute.ray
+    from chute.ray._sink import ChuteDatasink
+
+    n = len(images)
+    ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    try:
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.execution_options.preserve_order = True
+        blocks = 4 * workers
+        edges = np.linspace(0, n, blocks + 1).astype(int)
+        source = ray.data.from_numpy(
+            [images[a:b] for a, b in itertools.pairwise(edges)]
+        ).materialize()  # one column, "data"; blocks in the object store before timing
+        rows_per_shard = -(-n // (2 * blocks))
+
+        def single() -> None:
+            chute.write_dataset(DATA / "single", images, progress=False, overwrite=True).close()
+
+        sinks: list[ChuteDatasink] = []
+
+        def ray_chute() -> None:
+            shutil.rmtree(DATA / "ray", ignore_errors=True)
+            (DATA / "ray").mkdir(parents=True)
+            sink = ChuteDatasink(DATA / "ray", None, "zstd", rows_per_shard, frozenset())
+            sinks.append(sink)
+            source.write_datasink(sink)
+
+        def parquet() -> None:
+            shutil.rmtree(DATA / "parquet", ignore_errors=True)
+            source.write_parquet(str(DATA / "parquet"))
+
+        writes = {
+            "chute.write_dataset (1 process)": single,
+            f"chute.ray.write_dataset ({workers} Ray workers)": ray_chute,
+            f"ray write_parquet ({workers} Ray workers)": parquet,
+        }
+        wtimes = {name: best_of(fn, rounds) for name, fn in writes.items()}
+        mib = images.nbytes / MiB
+        base = wtimes["chute.write_dataset (1 process)"]
+        shards = chute.datasets.read_manifest(DATA / "ray" / "data").shards
+        tasks = sinks[-1].tasks
+        lines = [
+            "",
+            "## (b) Conversion",
+            "",
+            f"{n} images ({mib:.0f} MiB) in {blocks} Ray blocks, zstd, local Ray with "
+            f"{workers} CPUs, best of {rounds}. The Ray write ran as {len(tasks)} tasks "
+            f"writing {len(shards)} shards of at most {rows_per_shard} rows "
+            f"(rows per task: {', '.join(str(sum(t)) for t in tasks)}).",
+            "",
+            "| writer | MiB/s | time | vs 1 process |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, t in wtimes.items():
+            lines.append(f"| {name} | {mib / t:.0f} | {t:.2f} s | {base / t:.2f}x |")
+
+        def read_chute() -> None:
+            for _ in chute.ray.read_dataset(DATA / "ray").iter_batches(batch_size=batch):
+                pass
+
+        def read_parquet() -> None:
+            ds = ray.data.read_parquet(str(DATA / "parquet"))
+            for _ in ds.iter_batches(batch_size=batch):
+                pass
+
+        reads = {"chute.ray.read_dataset": read_chute, "ray.data.read_parquet": read_parquet}
+        rtimes = {name: best_of(fn, rounds) for name, fn in reads.items()}
+        base = rtimes["ray.data.read_parquet"]
+        lines += [
+            "",
+            "## (c) Reading on Ray",
+            "",
+            f"`iter_batches(batch_size={batch})` over all {n} images, numpy batches, "
+            f"best of {rounds}.",
+            "",
+            "| reader | MiB/s | rows/s | vs read_parquet |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, t in rtimes.items():
+            lines.append(f"| {name} | {mib / t:.0f} | {n / t:.0f} | {base / t:.2f}x |")
+        return lines
+    finally:
+        ray.shutdown()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--records", type=int, default=20000)
+    p.add_argument("--batches", type=int, default=200)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--workers", type=int, default=2, help="local Ray CPUs for (b) and (c)")
+    p.add_argument("--no-ray", action="store_true", help="only (a)")
+    p.add_argument("--out", type=Path, default=RESULTS / "scale.md")
+    args = p.parse_args()
+    DATA.mkdir(parents=True, exist_ok=True)
+    images = structured(args.records)
+    cores = len(os.sched_getaffinity(0))
+    lines = [
+        "# Scale benchmark",
+        "",
+        f"{cores} cores, Python {sys.version.split()[0]}. Ratios are within one run.",
+        "",
+    ]
+    lines += gather(images, args.batches, args.batch, args.rounds)
+    if not args.no_ray:
+        lines += ray_part(images, args.workers, args.rounds, args.batch)
+    text = "\n".join(lines) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+    shutil.rmtree(DATA, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""dataset.json: the manifest of a sharded dataset, and every on-disk fact of the layout.
+
+A sharded dataset is a directory::
+
+    dataset.json     the manifest (below); written last, atomically: its presence commits
+    part-00000.zr    a complete store (meta.zr, chunks, crc32c.chute, schema.json)
+    part-00001.zr    ...
+    dataset.lock     taken by the one writer (append, compact); readers never lock
+
+The manifest is UTF-8 JSON holding one object::
+
+    format         "chute-sharded"
+    version        1
+    schema         the shards' schema.json fields: dtype, shape or ragged + item_shape, codec
+    shard_records  the most records one shard holds (appends fill the last shard up to it)
+    records        the total, equal to the sum of the shards' records
+    shards         [{"name": "part-00000.zr", "records": n}, ...] in global index order
+    checksum       "sha256:" + hex SHA-256 of the canonical form of every other field
+
+The canonical form is ``json.dumps(fields, sort_keys=True, separators=(",", ":"),
+ensure_ascii=True)`` encoded as ASCII, so any JSON writer that keeps the values can re-emit
+the file and the checksum still holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from chute._schema import parse_schema
+from chute.errors import CorruptStoreError, IncompleteDatasetError, StoreNotFoundError
+from chute.store._format import MAX_RECORDS, META_FILE
+from chute.store._io import write_file_atomic
+
+MANIFEST_FILE: Final = "dataset.json"
+LOCK_FILE: Final = "dataset.lock"
+FORMAT: Final = "chute-sharded"
+VERSION: Final = 1
+_SHARD_NAME = re.compile(r"part-\d{5,}\.zr")
+
+
+def shard_name(i: int) -> str:
+    return f"part-{i:05d}.zr"
+
+
+def shard_dirs(path: Path) -> list[Path]:
+    """The shard directories present under ``path`` (committed or not), in name order."""
+    if not path.is_dir():
+        return []
+    return sorted(p for p in path.iterdir() if _SHARD_NAME.fullmatch(p.name) and p.is_dir())
+
+
+def is_sharded(path: str | os.PathLike[str]) -> bool:
+    """True for a sharded dataset, finished (a manifest) or not (shards and no store)."""
+    path = Path(path)
+    if (path / MANIFEST_FILE).exists():
+        return True
+    return not (path / META_FILE).exists() and bool(shard_dirs(path))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """The parsed dataset.json: the schema, the shard cap, and each shard's name and length."""
+
+    schema: dict[str, Any]
+    shard_records: int
+    shards: tuple[tuple[str, int], ...]
+
+    @property
+    def records(self) -> int:
+        return sum(n for _, n in self.shards)
+
+    def starts(self) -> npt.NDArray[np.int64]:
+        """The global index of each shard's first record, then the total (n_shards + 1)."""
+        out = np.zeros(len(self.shards) + 1, np.int64)
+        np.cumsum([n for _, n in self.shards], out=out[1:])
+        return out
+
+    def to_bytes(self) -> bytes:
+        schema = {k: (v.str if isinstance(v, np.dtype) else v) for k, v in self.schema.items()}
+        schema = {k: (list(v) if isinstance(v, tuple) else v) for k, v in schema.items()}
+        fields: dict[str, Any] = {
+            "format": FORMAT,
+            "version": VERSION,
+            "schema": schema,
+            "shard_records": self.shard_records,
+            "records": self.records,
+            "shards": [{"name": name, "records": n} for name, n in self.shards],
+        }
+        doc = {**fields, "checksum": checksum_of(fields)}
+        return json.dumps(doc, indent=2).encode() + b"\n"
+
+
+def checksum_of(fields: dict[str, Any]) -> str:
+    """``"sha256:<hex>"`` of the canonical JSON of ``fields``."""
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def write_manifest(path: Path, manifest: Manifest) -> None:
+    """Commit ``manifest``: atomic and durable, so a crash leaves the old one or the new."""
+    write_file_atomic(path / MANIFEST_FILE, manifest.to_bytes(), durable=True)
+
+
+def read_manifest(path: str | os.PathLike[str]) -> Manifest:
+    """Load and check dataset.json; a missing one beside shards is an unfinished write."""
+    path = Path(path)
+    file = path / MANIFEST_FILE
+    try:
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        if shard_dirs(path):
+            raise IncompleteDatasetError(
+                f"{path} holds shards but no {MANIFEST_FILE}: its write did not finish "
+                "(write it again with overwrite=True)"
+            ) from None
+        raise StoreNotFoundError(f"no sharded dataset at {path}: no {MANIFEST_FILE}") from None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CorruptStoreError(f"{file} is not valid JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise CorruptStoreError(f"{file} is not a {FORMAT} manifest")
+    if doc.get("version") != VERSION:
+        raise CorruptStoreError(
+            f"{file} has manifest version {doc.get('version')!r}; this chute reads {VERSION}"
+        )
+    fields = {k: v for k, v in doc.items() if k != "checksum"}
+    if doc.get("checksum") != checksum_of(fields):
+        raise CorruptStoreError(f"{file} does not match its own checksum: the manifest is damaged")
+    try:
+        shards = tuple((str(s["name"]), int(s["records"])) for s in doc["shards"])
+        cap, total = int(doc["shard_records"]), int(doc["records"])
+        schema = parse_schema(dict(doc["schema"]), str(file))
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptStoreError(f"{file} lacks or mangles a field: {e!r}") from None
+    names = [name for name, _ in shards]
+    if len(set(names)) != len(names) or not all(_SHARD_NAME.fullmatch(n) for n in names):
+        raise CorruptStoreError(f"{file} names shards outside the part-NNNNN.zr layout: {names}")
+    if not 1 <= cap <= MAX_RECORDS or any(not 0 <= n <= cap for _, n in shards):
+        raise CorruptStoreError(f"{file}: shard lengths must lie in [0, {cap}] with 1 <= cap")
+    manifest = Manifest(schema=schema, shard_records=cap, shards=shards)
+    if manifest.records != total:
+        raise CorruptStoreError(
+            f"{file} says {total} records but its shards add up to {manifest.records}"
+        )
+    missing = [name for name in names if not (path / name / META_FILE).exists()]
+    if missing:
+        raise CorruptStoreError(f"{path}: shards {missing} of the manifest are missing")
+    return manifest

@@ -1,0 +1,324 @@
+"""ShardedStore: many record stores read as one, behind the same read calls as RecordStore.
+
+A global index maps to (shard, local index) through the manifest's shard starts. A batch is
+split by shard with one stable sort; each touched shard then decodes its records with one
+native call straight into the caller's buffer at their batch positions, so the output is in
+the caller's order and no Python code runs per record. Shards open on first use, so a host
+that reads one slice of the dataset opens only the shards that slice lies in.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chute._schema import read_schema
+from chute.datasets._manifest import Manifest, read_manifest
+from chute.errors import CorruptStoreError, StoreClosedError
+from chute.store import RecordStore
+
+_Part = tuple[int, RecordStore, npt.NDArray[np.intp], npt.NDArray[np.int64]]
+_Split = Iterator[_Part]
+
+
+class ShardedStore:
+    """A read-only sharded dataset's records: ``len``, ``gather``, ``gather_packed``,
+    ``gather_into``, ``lengths``, ``stats`` and ``verify`` over the global index space.
+
+    ``opened_shards`` and ``gathers`` tell which shards were opened and how many native
+    gathers each served (how a multi-host run checks it reads only its own shards).
+
+    >>> import tempfile, numpy as np, chute
+    >>> path = tempfile.mkdtemp() + "/d"
+    >>> ds = chute.write_dataset(path, np.arange(10, dtype=np.int32), shard_records=4)
+    >>> ds[[9, 0, 5]].tolist(), ds.store.opened_shards
+    ([9, 0, 5], (0, 1, 2))
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, verify: bool = False, threads: int | None = None
+    ) -> None:
+        self._path = Path(path)
+        self._manifest = read_manifest(self._path)
+        self._starts = self._manifest.starts()
+        self._length = int(self._starts[-1])
+        self._verify = verify
+        self._threads = threads if threads and threads > 0 else len(os.sched_getaffinity(0))
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_pid = 0
+        self._stores: list[RecordStore | None] = [None] * len(self._manifest.shards)
+        # each opened shard's record size when all its records have one (else -1): a batch
+        # of that size then needs no per-batch size check before its gather
+        self._uniform = np.full(len(self._stores), -1, np.int64)
+        self._gathers = np.zeros(len(self._stores), np.int64)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._manifest
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return dict(self._manifest.schema)
+
+    @property
+    def opened_shards(self) -> tuple[int, ...]:
+        return tuple(i for i, s in enumerate(self._stores) if s is not None)
+
+    @property
+    def gathers(self) -> tuple[int, ...]:
+        """Native gathers per shard since opening."""
+        return tuple(int(n) for n in self._gathers)
+
+    @property
+    def has_checksums(self) -> bool:
+        return all(self.shard(i).has_checksums for i in range(len(self._stores)))
+
+    def __len__(self) -> int:
+        self._check_open()
+        return self._length
+
+    def shard(self, i: int) -> RecordStore:
+        """Shard ``i`` opened read-only (on first use, checked against the manifest)."""
+        self._check_open()
+        store = self._stores[i]
+        if store is not None:
+            return store
+        with self._lock:
+            store = self._stores[i]
+            if store is None:
+                store = self._open_shard(i)
+                self._stores[i] = store
+        return store
+
+    def _open_shard(self, i: int) -> RecordStore:
+        name, want = self._manifest.shards[i]
+        where = self._path / name
+        schema = read_schema(where)
+        ours = self._manifest.schema
+        if any(schema.get(k) != ours.get(k) for k in ("dtype", "shape", "item_shape", "ragged")):
+            raise CorruptStoreError(f"{where}/schema.json disagrees with the dataset's manifest")
+        store = RecordStore(where, mode="r", verify=self._verify, threads=self._threads)
+        have = len(store)
+        # The last shard may hold more: an append committed records to it and stopped before
+        # the manifest (the commit point) was rewritten. Those records are not the dataset's.
+        if have < want or (have > want and i != len(self._stores) - 1):
+            store.close()
+            raise CorruptStoreError(
+                f"{where} holds {have} records, the manifest says {want}: the dataset is damaged "
+                "or was changed by hand"
+            )
+        self._uniform[i] = _uniform_size(store, want)
+        return store
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"the dataset at {self._path} is closed")
+
+    def _as_indices(self, indices: Any) -> npt.NDArray[np.int64]:
+        arr = np.asarray(indices)
+        if arr.dtype.kind not in "iu":
+            if arr.size == 0:
+                return np.empty(0, np.int64)
+            raise TypeError(f"record indices must be integers, got {arr.dtype}")
+        idx = arr.reshape(-1).astype(np.int64, copy=False)
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._length):
+            bad = idx[(idx < 0) | (idx >= self._length)]
+            raise IndexError(
+                f"record index {int(bad[0])} is out of range for {self._length} records"
+            )
+        return idx
+
+    def _split(self, idx: npt.NDArray[np.int64]) -> _Split:
+        """Per touched shard: its number, store, the batch positions it fills, local indices."""
+        self._check_open()
+        if idx.size == 0:
+            return
+        shard = np.searchsorted(self._starts, idx, side="right") - 1
+        first, last = int(shard.min()), int(shard.max())
+        if first == last:
+            yield first, self.shard(first), np.arange(idx.size), idx - self._starts[first]
+            return
+        order = np.argsort(shard, kind="stable")
+        edges = np.searchsorted(shard[order], np.arange(first, last + 2))
+        for s in range(first, last + 1):
+            pos = order[edges[s - first] : edges[s - first + 1]]
+            if pos.size:
+                yield s, self.shard(s), pos, idx[pos] - self._starts[s]
+
+    def _count(self, shard: int) -> None:
+        with self._lock:
+            self._gathers[shard] += 1
+
+    def lengths(self, indices: Any) -> npt.NDArray[np.uint32]:
+        """Logical (decoded) byte size of each record."""
+        idx = self._as_indices(indices)
+        out = np.empty(idx.size, np.uint32)
+        for _, store, pos, local in self._split(idx):
+            out[pos] = store.lengths(local)
+        return out
+
+    def gather(self, indices: Any, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """Decode equal-size records into the rows of ``out`` (C-contiguous, n rows)."""
+        idx = self._as_indices(indices)
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("out must be a writeable C-contiguous array")
+        if idx.size == 0:
+            return out
+        if out.nbytes % idx.size:
+            raise ValueError(f"out has {out.nbytes} bytes, not a multiple of {idx.size} records")
+        stride = out.nbytes // idx.size
+        parts = list(self._split(idx))
+        if len(parts) == 1:  # one shard: the plain gather, which checks every size itself
+            self._count(parts[0][0])
+            parts[0][1].gather(parts[0][3], out)
+            return out
+        for s, store, pos, local in parts:  # every size checked before any byte is written
+            sizes = store.lengths(local) if self._uniform[s] != stride else None
+            if sizes is not None and (sizes != stride).any():
+                k = int(np.argmax(sizes != stride))
+                raise ValueError(
+                    f"record {int(idx[pos[k]])} holds {int(sizes[k])} bytes, but its slot in "
+                    f"the batch is {stride} bytes: the record does not match the requested size "
+                    "or schema"
+                )
+        self._run(parts, lambda store, pos, local: store.gather_into(local, out, pos * stride))
+        return out
+
+    def gather_packed(self, indices: Any) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+        """Decode records of any sizes end to end: ``(values, offsets)`` with n+1 offsets."""
+        idx = self._as_indices(indices)
+        offsets = np.zeros(idx.size + 1, np.uint64)
+        np.cumsum(self.lengths(idx), out=offsets[1:])
+        values = np.empty(int(offsets[-1]), np.uint8)
+        self.gather_into(idx, values, offsets[:-1])
+        return values, offsets
+
+    def gather_into(self, indices: Any, out: npt.NDArray[Any], offsets: Any) -> npt.NDArray[Any]:
+        """Decode record i to byte ``offsets[i]`` of ``out``: one native call per shard."""
+        idx = self._as_indices(indices)
+        offs = np.ascontiguousarray(offsets, dtype=np.uint64).reshape(-1)
+        if offs.size != idx.size:
+            raise ValueError(f"{idx.size} indices but {offs.size} offsets")
+        self._run(
+            list(self._split(idx)),
+            lambda store, pos, local: store.gather_into(local, out, offs[pos]),
+        )
+        return out
+
+    def _run(self, parts: list[_Part], gather: Callable[[RecordStore, Any, Any], object]) -> None:
+        """``gather(store, positions, local)`` for every part; the shards' native calls run
+        side by side on up to ``threads`` threads (one pays the thread hand-off once per
+        batch, not once per shard). Waits for all before raising the first error."""
+        for s, *_ in parts:
+            self._count(s)
+        groups = min(self._threads, len(parts))
+        if groups <= 1:
+            for _, store, pos, local in parts:
+                gather(store, pos.astype(np.uint64), local)
+            return
+
+        def run(group: list[_Part]) -> None:
+            for _, store, pos, local in group:
+                gather(store, pos.astype(np.uint64), local)
+
+        pool = self._pool()
+        futures = [pool.submit(run, parts[k::groups]) for k in range(1, groups)]
+        errors: list[BaseException] = []
+        try:
+            run(parts[0::groups])
+        except BaseException as e:
+            errors.append(e)
+        for future in futures:
+            try:
+                future.result()
+            except BaseException as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            # a forked child (a torch DataLoader worker, say) inherits the executor but not
+            # its threads: it starts its own
+            if self._executor is None or self._executor_pid != os.getpid():
+                self._executor = ThreadPoolExecutor(
+                    self._threads - 1, thread_name_prefix="chute-shards"
+                )
+                self._executor_pid = os.getpid()
+            return self._executor
+
+    def stats(self) -> dict[str, Any]:
+        """The shards' `RecordStore.stats` summed, plus ``shards``: each one's own."""
+        per = [self.shard(i).stats() for i in range(len(self._stores))]
+        total: dict[str, Any] = {
+            key: sum(s[key] for s in per)
+            for key in ("live_bytes", "logical_bytes", "chunk_bytes", "reclaimable", "chunks")
+        }
+        total["records"] = self._length
+        total["codecs"] = {
+            name: sum(s["codecs"][name] for s in per) for name in (per[0]["codecs"] if per else {})
+        }
+        total["ratio"] = (
+            total["logical_bytes"] / total["live_bytes"] if total["live_bytes"] else 1.0
+        )
+        total["has_dict"] = any(s["has_dict"] for s in per)
+        total["has_checksums"] = all(s["has_checksums"] for s in per)
+        total["shards"] = per
+        return total
+
+    def verify(self, batch: int = 4096) -> dict[str, Any]:
+        """Every shard's `RecordStore.verify`, with damaged records named by global index."""
+        damaged: list[tuple[int, str]] = []
+        unchecked = 0
+        for i in range(len(self._stores)):
+            report = self.shard(i).verify(batch)
+            start = int(self._starts[i])
+            damaged += [(start + local, message) for local, message in report["damaged"]]
+            unchecked += report["unchecked"]
+        return {"records": self._length, "damaged": damaged, "unchecked": unchecked}
+
+    def close(self) -> None:
+        """Close every opened shard; idempotent."""
+        self._closed = True
+        if self._executor is not None and self._executor_pid == os.getpid():
+            self._executor.shutdown(wait=True)
+        self._executor = None
+        for store in self._stores:
+            if store is not None:
+                store.close()
+
+    def __enter__(self) -> ShardedStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedStore({str(self._path)!r}, records={self._length}, shards={len(self._stores)})"
+        )
+
+
+def _uniform_size(store: RecordStore, n: int, step: int = 1 << 20) -> int:
+    """The one decoded size of records ``0..n`` of ``store``, or -1 if they differ."""
+    size = -1
+    for start in range(0, n, step):
+        sizes = store.lengths(np.arange(start, min(start + step, n)))
+        if size < 0:
+            size = int(sizes[0])
+        if (sizes != size).any():
+            return -1
+    return size

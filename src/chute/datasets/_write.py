@@ -1,0 +1,305 @@
+"""Writing sharded datasets: new ones (optionally a shard per worker process) and appends.
+
+Crash-safety order, for both: every shard is written complete and made durable before the
+manifest names it, and the manifest is replaced atomically, last. So at any instant the
+directory holds the old manifest (the old dataset, whole) or the new one, plus at most some
+records or shards no manifest names yet. An append clears those leftovers of a crashed
+writer first: it drops the last shard's records past the manifest's count and removes shard
+directories the manifest does not name, then fills the last shard up to ``shard_records``,
+then writes new shards, then rewrites the manifest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import mmap
+import multiprocessing
+import os
+import shutil
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from dataclasses import replace
+from itertools import chain, islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chute._schema import read_schema
+from chute.datasets._manifest import (
+    LOCK_FILE,
+    MANIFEST_FILE,
+    Manifest,
+    read_manifest,
+    shard_dirs,
+    shard_name,
+    write_manifest,
+)
+from chute.errors import StoreError
+from chute.store import RecordStore
+from chute.store._format import DICT_FILE, MAX_RECORDS, META_FILE, SCHEMA_FILE, SUMS_FILE
+from chute.store._io import fsync_dir, lock_exclusive
+
+Options = dict[str, Any]
+"""The per-shard writer's keyword arguments (codec, chunk_bytes, dict_size, level ...)."""
+
+
+def check_sharding(shard_records: int | None, workers: int | None) -> None:
+    if shard_records is None:
+        if workers is not None:
+            raise ValueError("workers= writes shards in parallel: it needs shard_records=")
+        return
+    if isinstance(shard_records, bool) or not isinstance(shard_records, int):
+        raise TypeError(f"shard_records must be an int, got {type(shard_records).__name__}")
+    if not 1 <= shard_records <= MAX_RECORDS:
+        raise ValueError(f"shard_records must be in [1, {MAX_RECORDS}], got {shard_records}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)):
+        raise TypeError(f"workers must be an int, got {type(workers).__name__}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+
+
+def remove_dataset_files(path: Path) -> None:
+    """Delete a dataset's files at ``path`` (sharded or single), the manifest first, so a
+    crash part way leaves an unfinished dataset, never a smaller valid one."""
+    if not path.is_dir():
+        return
+    (path / MANIFEST_FILE).unlink(missing_ok=True)
+    for part in shard_dirs(path):
+        shutil.rmtree(part)
+    for entry in path.iterdir():
+        stem = entry.name[:-3] if entry.name.endswith(".zr") else ""
+        if entry.is_file() and (
+            entry.name in (META_FILE, DICT_FILE, SUMS_FILE, SCHEMA_FILE) or stem.isdigit()
+        ):
+            entry.unlink()
+
+
+@contextlib.contextmanager
+def writer_lock(path: Path) -> Iterator[None]:
+    """The dataset's one-writer lock (``dataset.lock``), held for the block."""
+    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        lock_exclusive(fd, path)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    for entry in path.iterdir():
+        fd = os.open(entry, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fsync_dir(path)
+
+
+def _write_shard(kind: str, part: Path, payload: Any, options: Options) -> int:
+    """Write one complete shard (a plain store with its schema.json and checksum sidecar),
+    durably; returns its record count. Runs in a worker process or inline."""
+    # Imported here: the dataset modules import this package for their sharded paths.
+    if kind == "fixed":
+        from chute.dataset import write_dataset
+
+        ds: Any = write_dataset(part, payload, progress=False, **options)
+    else:
+        from chute.ragged import write_ragged
+
+        ds = write_ragged(part, payload, **options)
+    n = len(ds)
+    ds.close()
+    _fsync_tree(part)
+    return n
+
+
+def _run_shards(
+    path: Path,
+    kind: str,
+    payloads: Iterable[Any],
+    first: int,
+    options: Options,
+    workers: int | None,
+) -> list[tuple[str, int]]:
+    """Write ``payloads`` as shards ``first, first + 1 ...``, at most ``workers`` at once
+    (a process pool) with a bounded number of payloads in flight; in shard order."""
+    names = (shard_name(i) for i in range(first, first + (1 << 40)))
+    if workers is None or workers == 1:
+        return [
+            (name, _write_shard(kind, path / name, payload, options))
+            for name, payload in zip(names, payloads, strict=False)
+        ]
+    done: list[tuple[str, int]] = []
+    pending: deque[tuple[str, Future[int]]] = deque()
+    # fork where there is one: no `if __name__ == "__main__"` guard needed in the caller's
+    # script, and the compiled core's thread pool rebuilds itself in a forked child
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    pool: Executor
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        for name, payload in zip(names, payloads, strict=False):
+            if len(pending) >= 2 * workers:
+                head, future = pending.popleft()
+                done.append((head, future.result()))
+            pending.append((name, pool.submit(_write_shard, kind, path / name, payload, options)))
+        done += [(name, future.result()) for name, future in pending]
+    return done
+
+
+def _shard_schema(part: Path) -> dict[str, Any]:
+    return {k: v for k, v in read_schema(part).items() if k not in ("format", "version")}
+
+
+def write_shards(
+    path: Path,
+    kind: str,
+    payloads: Iterable[Any],
+    empty: Any,
+    *,
+    shard_records: int,
+    workers: int | None,
+    options: Options,
+) -> None:
+    """A new sharded dataset from ``payloads`` (one per shard; ``empty`` makes the one shard
+    of an empty dataset, which keeps the schema): shards first, the manifest last."""
+    it = iter(payloads)
+    head = next(it, empty)
+    path.mkdir(parents=True, exist_ok=True)
+    with writer_lock(path):
+        shards = tuple(_run_shards(path, kind, chain([head], it), 0, options, workers))
+        schema = _shard_schema(path / shards[0][0])
+        write_manifest(path, Manifest(schema=schema, shard_records=shard_records, shards=shards))
+
+
+class Rows:
+    """Rows ``[start, stop)`` of a source array, read only as a shard writer slices them
+    (cast to ``dtype``), so a shard is never held whole. Pickled for a worker process, a
+    memory-mapped ``.npy`` travels as its file name and offset; any other source as the rows.
+    """
+
+    def __init__(
+        self, source: Any, start: int, stop: int, dtype: np.dtype[Any] | None = None
+    ) -> None:
+        self.source, self.start = source, start
+        self.dtype: np.dtype[Any] = np.dtype(dtype if dtype is not None else source.dtype)
+        self.shape: tuple[int, ...] = (stop - start, *(int(d) for d in source.shape[1:]))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: Any) -> npt.NDArray[Any]:
+        if isinstance(key, slice):
+            a, b, step = key.indices(self.shape[0])
+            if step != 1:
+                raise IndexError("rows are read in contiguous runs")
+            rows = self.source[self.start + a : self.start + max(a, b)]
+        else:
+            rows = self.source[np.asarray(key, np.int64) + self.start]
+        return np.asarray(rows).astype(self.dtype, copy=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        src = self.source
+        if (
+            isinstance(src, np.memmap)
+            and isinstance(src.base, mmap.mmap)
+            and src.filename
+            and src.flags.c_contiguous
+        ):
+            row = src.dtype.itemsize * math.prod(src.shape[1:])
+            return {
+                "file": src.filename,
+                "offset": int(src.offset) + self.start * row,
+                "source_dtype": src.dtype,
+                "shape": self.shape,
+                "dtype": self.dtype,
+            }
+        return {"rows": self[:], "dtype": self.dtype}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "file" in state:
+            self.source = np.memmap(
+                state["file"], state["source_dtype"], "r", state["offset"], state["shape"]
+            )
+        else:
+            self.source = state["rows"]
+        self.start, self.dtype, self.shape = 0, state["dtype"], tuple(self.source.shape)
+
+
+def fixed_payloads(
+    array: Any, shard_records: int, start: int = 0, dtype: np.dtype[Any] | None = None
+) -> Iterator[Rows]:
+    """Rows ``start:`` of ``array`` in windows of ``shard_records``, one per shard."""
+    n = int(array.shape[0])
+    for a in range(start, n, shard_records):
+        yield Rows(array, a, min(a + shard_records, n), dtype)
+
+
+def ragged_payloads(
+    records: Iterator[Any], shard_records: int, *, lazy: bool = False
+) -> Iterator[Iterable[Any]]:
+    """The records left in ``records``, ``shard_records`` per shard: as lists (for worker
+    processes), or ``lazy`` as one pass each, read while the shard is written."""
+    if not lazy:
+        while group := list(islice(records, shard_records)):
+            yield group
+        return
+    for first in records:  # the consumer drains each group before the next is made
+        yield chain([first], islice(records, shard_records - 1))
+
+
+def recover(path: Path, manifest: Manifest) -> None:
+    """Undo what a crashed writer left beyond the manifest (the caller holds the lock)."""
+    named = {name for name, _ in manifest.shards}
+    for part in shard_dirs(path):
+        if part.name not in named:
+            shutil.rmtree(part)
+    last, want = manifest.shards[-1]
+    with RecordStore(path / last, mode="a") as store:
+        if len(store) > want:
+            store.delete(np.arange(want, len(store)))
+            store.compact()
+            store.sync()
+
+
+def append_shards(
+    path: Path,
+    kind: str,
+    fill: Callable[[RecordStore, int], int],
+    rest: Callable[[int], Iterable[Any]],
+    *,
+    workers: int | None,
+) -> None:
+    """Under the writer lock: clean up, ``fill(last_shard_store, room)`` (returns how many
+    records it added), write ``rest(added)`` (a payload per new shard), commit the manifest."""
+    with writer_lock(path):
+        manifest = read_manifest(path)
+        recover(path, manifest)
+        last, have = manifest.shards[-1]
+        options = _shard_options(manifest.schema)
+        with RecordStore(path / last, mode="a", codec=options["codec"]) as store:
+            added = fill(store, manifest.shard_records - have)
+            store.sync()
+        new = _run_shards(path, kind, rest(added), len(manifest.shards), options, workers)
+        shards = (*manifest.shards[:-1], (last, have + added), *new)
+        write_manifest(path, replace(manifest, shards=shards))
+
+
+def _shard_options(schema: dict[str, Any]) -> Options:
+    options: Options = {"codec": str(schema.get("codec", "zstd"))}
+    if schema.get("ragged"):
+        options["dtype"] = schema["dtype"]
+        options["item_shape"] = tuple(schema.get("item_shape", ()))
+    return options
+
+
+def check_appendable(path: Path, ragged: bool) -> Manifest:
+    """The manifest of the sharded dataset at ``path``, if it is of the asked kind."""
+    manifest = read_manifest(path)
+    if bool(manifest.schema.get("ragged")) != ragged:
+        kind = "variable-length" if manifest.schema.get("ragged") else "fixed-shape"
+        raise StoreError(f"{path} holds {kind} records: append with the matching function")
+    return manifest

@@ -1,0 +1,166 @@
+"""The endless step loader: dict batches keyed by step, gathered ahead by worker threads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chute._sharding import Shard, resolve_shard
+from chute.loader._evaluate import EvalPass, Last
+from chute.loader._pipeline import Pipeline
+from chute.loader._renamed import translate
+from chute.loader._streams import Batch, Stream, as_streams, check_streams
+from chute.loader._subset import IndexSet
+from chute.sampler import Sampler, SamplerLike, SamplerMode
+
+_DEFAULT_BATCH = 256
+
+
+def _make_sampler(
+    sampler: SamplerMode | SamplerLike, length: int, batch_size: int | None, seed: int | None
+) -> SamplerLike:
+    """The loader's sampler over ``length`` positions, from a mode name or a sampler object."""
+    if isinstance(sampler, str):
+        return Sampler(length, _DEFAULT_BATCH if batch_size is None else batch_size, sampler,
+                       0 if seed is None else seed)  # fmt: skip
+    if isinstance(sampler, (int, np.integer)) and not isinstance(sampler, bool):
+        raise ValueError(
+            f"sampler={sampler!r}: chute names the modes sampler='sequential', 'iid' or 'cyclic' "
+            "(loaderx's mode codes 0, 1, 2); loaderx's positional order differs from chute's, "
+            "so pass DataLoader arguments by name"
+        )
+    if not isinstance(sampler, SamplerLike):
+        raise TypeError(
+            f"sampler= takes 'sequential', 'iid', 'cyclic' or a sampler object (length, "
+            f"batch_size, step, seek, indices(step, start, stop)), got {type(sampler).__name__}"
+        )
+    if seed is not None:
+        raise TypeError("seed= goes to the sampler object itself, not to the DataLoader")
+    if batch_size is not None and batch_size != sampler.batch_size:
+        raise ValueError(
+            f"batch_size={batch_size} differs from the sampler's batch_size "
+            f"{sampler.batch_size}; leave batch_size= out when passing a sampler object"
+        )
+    if sampler.length != length:
+        raise ValueError(
+            f"the sampler draws from {sampler.length} positions, the loader has {length} "
+            "records (the streams' length, or len(indices) with indices=)"
+        )
+    return sampler
+
+
+class DataLoader(Pipeline):
+    """Yields dict batches forever; the batch at step s depends only on (configuration, s).
+
+    A stream is anything with ``__len__`` and a batch ``__getitems__(indices)``; numpy arrays
+    are accepted as they are. Every stream is gathered at the same indices, so record i lines
+    up across streams. ``num_threads`` workers gather and collate up to ``prefetch`` steps
+    ahead, yet batches come out in step order, so the stream of batches is the same for any
+    threading. ``transform`` is the collate (a batch dict in, a batch dict out) and runs on the
+    workers. An error raised by a gather or the transform is re-raised by ``next()`` with its
+    original traceback.
+
+    ``sampler`` is a mode name (``"cyclic"``, ``"iid"``, ``"sequential"``, drawn with
+    ``batch_size`` and ``seed``) or a sampler object such as `WeightedSampler`, which carries
+    its own batch size and seed. ``indices=`` restricts the loader to those records (a
+    held-out split, say): the sampler then draws positions in ``[0, len(indices))``.
+
+    ``batch_size`` is the global batch. With ``shard=(index, count)`` each process gets its own
+    contiguous ``batch_size // count`` slice of it, so all processes together read exactly the
+    unsharded stream, and a run can resume on a different number of processes.
+
+    >>> loader = DataLoader({"x": np.arange(10)}, batch_size=4, sampler="sequential")
+    >>> next(loader)["x"].tolist(), loader.step
+    ([0, 1, 2, 3], 1)
+    >>> loader.close()
+    """
+
+    _STATE_VERSIONS = (2, 1)  # version 1 states (before subsets) still load
+
+    def __init__(
+        self,
+        streams: Mapping[str, Stream | npt.NDArray[Any]],
+        batch_size: int | None = None,
+        sampler: SamplerMode | SamplerLike = "cyclic",
+        seed: int | None = None,
+        start_step: int | None = None,
+        num_threads: int | None = None,
+        prefetch: int | None = None,
+        transform: Callable[[Batch], Batch] | None = None,
+        shard: Shard = None,
+        *,
+        indices: npt.ArrayLike | None = None,
+        **renamed: Any,
+    ) -> None:
+        if renamed:
+            given: dict[str, Any] = {"num_threads": num_threads, "prefetch": prefetch}
+            given["sampler"] = None if isinstance(sampler, str) and sampler == "cyclic" else sampler
+            moved = translate(renamed, given)
+            num_threads = moved.get("num_threads", num_threads)
+            prefetch = moved.get("prefetch", prefetch)
+            sampler = moved.get("sampler", sampler)
+        super().__init__(as_streams(streams), num_threads, 4 if prefetch is None else prefetch,
+                         transform)  # fmt: skip
+        self._length = length = check_streams(self.streams)
+        self.subset = None if indices is None else IndexSet(indices, length)
+        space = length if self.subset is None else len(self.subset)
+        self.sampler: SamplerLike = _make_sampler(sampler, space, batch_size, seed)
+        if start_step is not None:
+            self.sampler.seek(start_step)
+        self.shard = resolve_shard(shard, self.sampler.batch_size)
+        index, count = self.shard
+        share = self.sampler.batch_size // count
+        self._slice = (index * share, (index + 1) * share)
+
+    @property
+    def step(self) -> int:
+        """The step of the batch the next ``next()`` returns (the sampler's step)."""
+        return self.sampler.step
+
+    def _move(self, step: int) -> None:
+        self.sampler.seek(step)
+
+    @property
+    def batch_size(self) -> int:
+        """The global batch size (all shards together)."""
+        return self.sampler.batch_size
+
+    def _plan(self, step: int) -> tuple[npt.NDArray[np.uint64], Mapping[str, Any]]:
+        positions = self.sampler.indices(step, *self._slice)
+        return (positions if self.subset is None else self.subset.map(positions)), {}
+
+    def epoch(self, batch_size: int | None = None, last: Last = "partial") -> EvalPass:
+        """One finite, ordered pass over this loader's records (its ``indices=`` if any).
+
+        Same streams, transform, threads, prefetch and shard as the loader; see `iterate`.
+        """
+        return EvalPass(
+            self.streams,
+            self.batch_size if batch_size is None else batch_size,
+            indices=None if self.subset is None else self.subset.array,
+            last=last,
+            num_threads=self.num_threads,
+            prefetch=self.prefetch,
+            transform=self.transform,
+            shard=self.shard,
+        )
+
+    def _config(self) -> dict[str, Any]:
+        s = self.sampler
+        return {
+            "seed": getattr(s, "seed", None),
+            "sampler": s.fingerprint() if hasattr(s, "fingerprint") else type(s).__qualname__,
+            "batch_size": s.batch_size,
+            "length": self._length,
+            "indices": None if self.subset is None else self.subset.fingerprint,
+        }
+
+    def __repr__(self) -> str:
+        subset = "" if self.subset is None else f", indices={self.subset.fingerprint}"
+        return (
+            f"DataLoader(streams={list(self.streams)}, {self.sampler!r}{subset}, "
+            f"shard={self.shard}, num_threads={self.num_threads}, prefetch={self.prefetch})"
+        )

@@ -1,0 +1,185 @@
+"""Ordered prefetch: batches built ahead on worker threads, handed out in step order.
+
+The endless `DataLoader` and the finite evaluation pass share this engine; each says which
+indices a step reads (`_plan`), where the step counter lives, and whether the steps end.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from chute.loader._streams import Batch, Stream
+from chute.sampler import _check_u64
+
+#: The most batches a loader builds ahead. A few keep the workers busy; past that, more only
+#: hold memory (every batch ahead is a whole batch in RAM) and delay the first one.
+MAX_PREFETCH = 256
+
+
+def check_prefetch(prefetch: object, num_threads: object) -> tuple[int, int]:
+    """Validated ``(prefetch, num_threads)``; ``num_threads=None`` is min(prefetch, cores)."""
+    if isinstance(prefetch, bool) or not isinstance(prefetch, (int, np.integer)):
+        raise TypeError(f"prefetch must be an int (batches built ahead), got {prefetch!r}")
+    if not 1 <= prefetch <= MAX_PREFETCH:
+        raise ValueError(
+            f"prefetch must be in [1, {MAX_PREFETCH}] batches, got {prefetch}: every batch "
+            "ahead is held in memory, and 2-8 are enough to keep the workers busy"
+        )
+    if num_threads is None:
+        num_threads = min(int(prefetch), os.cpu_count() or 1)
+    if isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)):
+        raise TypeError(f"num_threads must be an int, got {num_threads!r}")
+    if not 1 <= num_threads <= MAX_PREFETCH:
+        raise ValueError(f"num_threads must be in [1, {MAX_PREFETCH}], got {num_threads}")
+    return int(prefetch), int(num_threads)
+
+
+class Pipeline(ABC):
+    """``num_threads`` workers gather and transform up to ``prefetch`` steps ahead; ``next()``
+    returns them in step order, so the stream of batches is the same for any threading. An
+    error in a gather or the transform is re-raised by ``next()`` with its traceback, and the
+    pipeline stays at the failed step."""
+
+    def __init__(
+        self,
+        streams: dict[str, Stream],
+        num_threads: int | None,
+        prefetch: int,
+        transform: Callable[[Batch], Batch] | None,
+    ) -> None:
+        self.prefetch, self.num_threads = check_prefetch(prefetch, num_threads)
+        if transform is not None and not callable(transform):
+            raise TypeError("transform must be a callable taking and returning a batch dict")
+        self.streams = streams
+        self.transform = transform
+        self._pending: deque[Future[Batch]] = deque()
+        self._next_submit = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    @property
+    @abstractmethod
+    def step(self) -> int:
+        """The step of the batch the next ``next()`` returns."""
+
+    @abstractmethod
+    def _move(self, step: int) -> None:
+        """Set the step counter (validated)."""
+
+    @property
+    def _end(self) -> int | None:
+        """The step at which iteration stops (None: never)."""
+        return None
+
+    @abstractmethod
+    def _plan(self, step: int) -> tuple[npt.NDArray[np.uint64], Mapping[str, Any]]:
+        """The record indices this process reads at ``step``, and entries added to the batch."""
+
+    _STATE_VERSIONS: ClassVar[tuple[int, ...]] = (1,)
+    """The state version written, then older ones still read."""
+
+    @abstractmethod
+    def _config(self) -> dict[str, Any]:
+        """The JSON-able configuration that decides the stream of batches."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """A small JSON-able record of where the stream stands and what it is."""
+        return {"version": self._STATE_VERSIONS[0], "step": self.step, **self._config()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume at the state's step; refuses a state of a different stream of batches,
+        naming the fields that differ."""
+        name = type(self).__name__
+        if (
+            not isinstance(state, Mapping)
+            or state.get("version") not in self._STATE_VERSIONS
+            or "step" not in state
+        ):
+            raise ValueError(
+                f"not a chute {name} state (version {self._STATE_VERSIONS[0]}): {state}"
+            )
+        step = state["step"]
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+            raise TypeError(f"the saved step must be an int, got {step!r}")
+        step = _check_u64("the saved step", int(step))
+        clashes = {k: (state.get(k), v) for k, v in self._config().items() if state.get(k) != v}
+        if clashes:
+            detail = ", ".join(f"{k}: saved {s!r}, loader {o!r}" for k, (s, o) in clashes.items())
+            raise ValueError(f"the saved state belongs to a different stream of batches ({detail})")
+        self.seek(step)
+
+    def batch_at(self, step: int) -> Batch:
+        """The batch of ``step``, built on the calling thread; does not move the pipeline."""
+        indices, extra = self._plan(step)
+        batch = {name: stream.__getitems__(indices) for name, stream in self.streams.items()}
+        batch.update(extra)
+        return batch if self.transform is None else self.transform(batch)
+
+    def seek(self, step: int) -> None:
+        """Make ``step`` the next batch; work queued for other steps is dropped."""
+        self._move(step)
+        self._drop_pending()
+        self._next_submit = self.step
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> Batch:
+        if self._closed:
+            raise RuntimeError(f"the {type(self).__name__} is closed")
+        end = self._end
+        if end is not None and self.step >= end:
+            self._stop_workers()  # a finished pass holds no threads; seek() starts them again
+            raise StopIteration
+        pool = self._pool
+        if pool is None:
+            pool = self._pool = ThreadPoolExecutor(self.num_threads, "chute-loader")
+        if self._next_submit - len(self._pending) != self.step:  # the step was moved
+            self.seek(self.step)
+        while len(self._pending) < self.prefetch and (end is None or self._next_submit < end):
+            self._pending.append(pool.submit(self.batch_at, self._next_submit))
+            self._next_submit += 1
+        future = self._pending.popleft()
+        try:
+            batch = future.result()
+        except BaseException:
+            self.seek(self.step)  # stay at the failed step; drop what was queued behind it
+            raise
+        self._move(self.step + 1)
+        return batch
+
+    def _drop_pending(self) -> None:
+        for future in self._pending:
+            future.cancel()
+        self._pending.clear()
+
+    def _stop_workers(self) -> None:
+        self._drop_pending()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def close(self) -> None:
+        """Stop the worker threads; waits only for batches already being gathered."""
+        self._closed = True
+        self._stop_workers()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,63 @@
+"""What the loader reads: named streams of equal length, gathered at the same indices."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+Batch = dict[str, Any]
+"""One batch: stream name to what the stream's ``__getitems__`` returned (after the transform)."""
+
+
+@runtime_checkable
+class Stream(Protocol):
+    """What the loader reads: a length and a batch gather (``chute.Dataset``, a numpy array
+    wrapper, ``chute.RaggedDataset``...)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitems__(self, indices: npt.NDArray[np.uint64]) -> Any: ...
+
+
+class _ArrayStream:
+    """An in-memory numpy array (or memory map) as a stream: one fancy-index per batch."""
+
+    def __init__(self, array: npt.NDArray[Any]) -> None:
+        if array.ndim == 0:
+            raise ValueError("a 0-d array has no records to sample")
+        self.array = array
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitems__(self, indices: npt.NDArray[np.uint64]) -> npt.NDArray[Any]:
+        return self.array[indices]
+
+
+def as_streams(streams: Mapping[str, Stream | npt.NDArray[Any]]) -> dict[str, Stream]:
+    """The streams as a dict, numpy arrays wrapped."""
+    if not isinstance(streams, Mapping) or not streams:
+        raise ValueError("streams must be a non-empty dict of name -> dataset")
+    return {
+        name: _ArrayStream(s) if isinstance(s, np.ndarray) else s for name, s in streams.items()
+    }
+
+
+def check_streams(streams: Mapping[str, Stream]) -> int:
+    """The common length of ``streams``; a clear error for anything the loader cannot use."""
+    lengths: dict[str, int] = {}
+    for name, stream in streams.items():
+        if not isinstance(stream, Stream):
+            raise TypeError(
+                f"stream {name!r} ({type(stream).__name__}) needs __len__ and a batch "
+                "__getitems__(indices)"
+            )
+        lengths[name] = len(stream)
+        if lengths[name] == 0:
+            raise ValueError(f"stream {name!r} is empty: there is nothing to sample")
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"streams must have equal lengths, got {lengths}")
+    return next(iter(lengths.values()))

@@ -1,0 +1,150 @@
+"""The ASGI app: a static page, and read-only JSON over the runs of a `RunIndex`."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from chute.errors import PlotError
+
+from .._reader import Reader
+from ._runs import NotServed, Run, RunIndex, check_name
+from ._series import MAX_WIDTH, MIN_WIDTH, metric_kinds, read_series
+
+STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+_NO_CACHE = {"Cache-Control": "no-store"}
+
+
+def _json(data: Any) -> JSONResponse:
+    return JSONResponse(data, headers=_NO_CACHE)
+
+
+def _bad(msg: str) -> HTTPException:
+    return HTTPException(400, msg)
+
+
+def _int(value: str, what: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise _bad(f"{what} must be an integer, got {value!r}") from None
+
+
+def _smooth(value: str) -> float:
+    try:
+        f = float(value)
+    except ValueError:
+        raise _bad(f"smooth must be a number, got {value!r}") from None
+    if not 0 <= f < 1:
+        raise _bad(f"smooth must be in [0, 1), got {value!r}")
+    return f
+
+
+def create_app(paths: list[str], *, allowed_hosts: list[str] | None = None) -> Starlette:
+    """The dashboard over the runs at or under `paths` (folders, archives or run roots).
+
+    `allowed_hosts` limits the Host headers answered (a loopback server passes its own
+    names, so a web page that rebinds a DNS name to 127.0.0.1 cannot read the runs).
+
+    >>> import tempfile
+    >>> app = create_app([tempfile.mkdtemp()])  # an empty folder: a page with no runs yet
+    >>> sorted(r.path for r in app.routes)[:2]
+    ['/', '/api/runs']
+    """
+    index = RunIndex([os.fspath(p) for p in paths])
+
+    def run_of(request: Request) -> Run:
+        try:
+            return index.get(request.path_params["run"])
+        except NotServed:
+            raise HTTPException(404, "no such run") from None
+
+    async def in_thread(fn: Callable[[], Any]) -> Any:
+        """Run blocking reads off the event loop; a malformed run answers its error as JSON."""
+        try:
+            return await run_in_threadpool(fn)
+        except NotServed as e:
+            raise HTTPException(404, str(e)) from None
+        except Exception as e:
+            return {"error": f"{type(e).__name__}: {e}"}
+
+    async def page(request: Request) -> Response:
+        return FileResponse(os.path.join(STATIC, "index.html"), headers=_NO_CACHE)
+
+    async def runs(request: Request) -> Response:
+        def work() -> dict[str, Any]:
+            return {"runs": [run.summary() for run in index.runs()], "now": time.time()}
+
+        return _json(await in_thread(work))
+
+    async def metrics(request: Request) -> Response:
+        run = run_of(request)
+        return _json(await in_thread(lambda: {"metrics": run.use(metric_kinds)}))
+
+    async def config(request: Request) -> Response:
+        run = run_of(request)
+        return _json(await in_thread(lambda: run.use(lambda r: r.config())))
+
+    async def series(request: Request) -> Response:
+        run = run_of(request)
+        q = request.query_params
+        names = q.getlist("metric")
+        if not names:
+            raise _bad("name at least one metric")
+        afters = [_int(a, "after") for a in q.getlist("after")] or [-1] * len(names)
+        if len(afters) != len(names):
+            raise _bad("give one 'after' per metric, or none")
+        width = min(max(_int(q.get("width", "800"), "width"), MIN_WIDTH), MAX_WIDTH)
+        smooth = _smooth(q.get("smooth", "0"))
+        x = q.get("x", "step")
+
+        def work(r: Reader) -> dict[str, Any]:
+            for name in names:
+                run.check_metric(r, name)
+            if x in r.metrics():
+                run.check_metric(r, x)
+            elif x != "step":  # an x this run lacks is an error on its charts, not a 404
+                check_name(x)
+            out: dict[str, Any] = {}
+            for name, after in zip(names, afters, strict=True):
+                try:
+                    out[name] = read_series(r, name, x=x, after=after, width=width, smooth=smooth)
+                except Exception as e:  # one bad column shows on its chart, the rest still draw
+                    msg = str(e) if isinstance(e, PlotError) else f"{type(e).__name__}: {e}"
+                    out[name] = {"error": msg}
+            return out
+
+        return _json(await in_thread(lambda: {"series": run.use(work)}))
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        yield
+        index.close()
+
+    routes = [
+        Route("/", page),
+        Route("/api/runs", runs),
+        Route("/api/runs/{run}/metrics", metrics),
+        Route("/api/runs/{run}/config", config),
+        Route("/api/runs/{run}/series", series),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    middleware = (
+        [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
+    )
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app.state.index = index
+    return app

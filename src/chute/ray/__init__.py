@@ -1,0 +1,102 @@
+"""chute on Ray Data: convert a Ray Dataset to chute sharded datasets, read them back on Ray.
+
+``pip install 'chute[ray]'``. Only this package imports Ray, and only when a function here
+is called, so ``import chute`` never needs it.
+
+A converted dataset is a directory with one sharded dataset per column and a small
+``columns.json`` written last (see ``docs/scale.md``): fixed-shape columns open as
+`chute.Dataset`, variable-length ones as `chute.RaggedDataset`, on any machine, Ray or not
+(`open_columns`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from chute.dataset import Dataset
+from chute.datasets import is_sharded
+from chute.datasets._write import check_sharding
+from chute.ragged import RaggedDataset
+from chute.ray._layout import COLUMNS_FILE, STAGING, open_columns
+from chute.store._format import parse_codec
+
+__all__ = ["open_columns", "read_dataset", "write_dataset"]
+
+
+def write_dataset(
+    ray_ds: Any,
+    path: str | os.PathLike[str],
+    columns: list[str] | None = None,
+    codec: str = "zstd",
+    rows_per_shard: int = 1 << 16,
+    *,
+    ragged: Collection[str] = (),
+    overwrite: bool = False,
+    ray_remote_args: dict[str, Any] | None = None,
+    concurrency: int | None = None,
+) -> dict[str, Dataset | RaggedDataset]:
+    """Convert ``ray_ds`` (a ``ray.data.Dataset``) through Ray's Datasink API; returns the
+    columns opened with chute.
+
+    Write tasks run on the cluster, each writing whole shards of ``rows_per_shard`` rows (so
+    ``path`` must be a filesystem every worker sees); the manifests are written once every
+    task has succeeded, and a retried task's leftovers are never part of the result. Row
+    order is ``ray_ds``'s order. Columns of numeric arrays of one shape become
+    `chute.Dataset` streams; columns of variable-length arrays (and those named in
+    ``ragged``) become `chute.RaggedDataset` streams. ``ray_remote_args`` and
+    ``concurrency`` go to ``ray_ds.write_datasink``.
+    """
+    from chute.ray._sink import ChuteDatasink
+
+    path = Path(path)
+    check_sharding(rows_per_shard, None)
+    parse_codec(codec)
+    if path.exists() and any(path.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True")
+        _remove_conversion(path)
+    path.mkdir(parents=True, exist_ok=True)
+    sink = ChuteDatasink(path, columns, codec, rows_per_shard, frozenset(ragged))
+    options = ray_ds.context.execution_options
+    keep = options.preserve_order
+    options.preserve_order = True  # write tasks in row order: task order is shard order
+    try:
+        ray_ds.write_datasink(sink, ray_remote_args=ray_remote_args, concurrency=concurrency)
+    finally:
+        options.preserve_order = keep
+    return open_columns(path)
+
+
+def _remove_conversion(path: Path) -> None:
+    """Remove a previous conversion at ``path``: columns.json first, then its columns."""
+    (path / COLUMNS_FILE).unlink(missing_ok=True)
+    shutil.rmtree(path / STAGING, ignore_errors=True)
+    for entry in path.iterdir():
+        if entry.is_dir() and is_sharded(entry):
+            shutil.rmtree(entry)
+
+
+def read_dataset(
+    path: str | os.PathLike[str],
+    columns: list[str] | None = None,
+    *,
+    override_num_blocks: int | None = None,
+    **read_args: Any,
+) -> Any:
+    """A converted dataset as a ``ray.data.Dataset``, in the dataset's row order.
+
+    Each read task is one contiguous range of record indices (``override_num_blocks`` of
+    them, or as many as Ray picks); ``read_args`` go to ``ray.data.read_datasource``
+    (``concurrency``, ``num_cpus``, ``ray_remote_args`` ...). Iterating in order needs
+    Ray's ``DataContext.execution_options.preserve_order = True``, as for any source.
+    """
+    import ray.data
+
+    from chute.ray._source import ChuteDatasource
+
+    source = ChuteDatasource(Path(path), columns)
+    return ray.data.read_datasource(source, override_num_blocks=override_num_blocks, **read_args)

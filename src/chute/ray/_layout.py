@@ -1,0 +1,113 @@
+"""The column layout Ray conversions write: one sharded dataset per column, and columns.json.
+
+::
+
+    path/
+      columns.json        the commit point, written last (below)
+      image/              a sharded dataset (dataset.json, part-00000.zr ...) of fixed rows
+      label/              likewise
+      tokens/             a sharded dataset of variable-length records (RaggedDataset)
+
+columns.json is UTF-8 JSON: ``format`` ("chute-columns"), ``version`` (1), ``records``
+(every column's length), ``columns`` ([{"name": ..., "kind": "fixed" | "ragged"}, ...] in
+the source's column order) and ``checksum``, computed as in dataset.json. This module needs
+no Ray: chute reads a converted dataset on any machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Final
+
+from chute.dataset import Dataset
+from chute.datasets._manifest import checksum_of
+from chute.errors import CorruptStoreError, IncompleteDatasetError, StoreNotFoundError
+from chute.ragged import RaggedDataset
+from chute.store._io import write_file_atomic
+
+COLUMNS_FILE: Final = "columns.json"
+FORMAT: Final = "chute-columns"
+VERSION: Final = 1
+STAGING: Final = ".staging"
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+
+
+def check_column_name(name: str) -> str:
+    """A column name is also a directory name: letters, digits, ``_ . -``, no leading dot."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(
+            f"column name {name!r} cannot name a directory: use letters, digits and _ . -"
+        )
+    return name
+
+
+def write_columns(path: Path, columns: list[tuple[str, str]], records: int) -> None:
+    fields = {
+        "format": FORMAT,
+        "version": VERSION,
+        "records": records,
+        "columns": [{"name": name, "kind": kind} for name, kind in columns],
+    }
+    doc = {**fields, "checksum": checksum_of(fields)}
+    write_file_atomic(path / COLUMNS_FILE, json.dumps(doc, indent=2).encode() + b"\n")
+
+
+def read_columns(path: str | os.PathLike[str]) -> tuple[list[tuple[str, str]], int]:
+    """The ``(name, kind)`` columns and the record count of a converted dataset."""
+    path = Path(path)
+    file = path / COLUMNS_FILE
+    try:
+        doc = json.loads(file.read_bytes())
+    except FileNotFoundError:
+        if path.is_dir() and any(path.iterdir()):
+            raise IncompleteDatasetError(
+                f"{path} has no {COLUMNS_FILE}: its conversion did not finish"
+            ) from None
+        raise StoreNotFoundError(f"no converted dataset at {path}: no {COLUMNS_FILE}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CorruptStoreError(f"{file} is not valid JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
+        raise CorruptStoreError(f"{file} is not a {FORMAT} v{VERSION} file")
+    fields = {k: v for k, v in doc.items() if k != "checksum"}
+    if doc.get("checksum") != checksum_of(fields):
+        raise CorruptStoreError(f"{file} does not match its own checksum: it is damaged")
+    columns = [(check_column_name(c["name"]), str(c["kind"])) for c in doc["columns"]]
+    return columns, int(doc["records"])
+
+
+def open_columns(
+    path: str | os.PathLike[str],
+    columns: list[str] | None = None,
+    *,
+    verify: bool = False,
+    threads: int | None = None,
+) -> dict[str, Dataset | RaggedDataset]:
+    """A converted dataset's columns opened with chute, ready as `chute.DataLoader` streams.
+
+    >>> import tempfile, numpy as np, chute
+    >>> from chute.ray._layout import write_columns
+    >>> root = Path(tempfile.mkdtemp())
+    >>> _ = chute.write_dataset(root / "label", np.arange(3), shard_records=2)
+    >>> write_columns(root, [("label", "fixed")], 3)
+    >>> open_columns(root)["label"][:].tolist()
+    [0, 1, 2]
+    """
+    path = Path(path)
+    kinds, records = read_columns(path)
+    known = dict(kinds)
+    names = [name for name, _ in kinds] if columns is None else list(columns)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise KeyError(f"{path} has no columns {unknown}; it has {list(known)}")
+    opened: dict[str, Dataset | RaggedDataset] = {}
+    for name in names:
+        view = Dataset if known[name] == "fixed" else RaggedDataset
+        opened[name] = view(path / name, verify=verify, threads=threads)
+        if len(opened[name]) != records:
+            raise CorruptStoreError(
+                f"{path / name} holds {len(opened[name])} records; {COLUMNS_FILE} says {records}"
+            )
+    return opened

@@ -1,0 +1,198 @@
+"""Converting a Ray Dataset: a Ray `Datasink` whose write tasks each write whole shards.
+
+Each write task (one group of Ray blocks, at least ``rows_per_shard`` rows, Ray's own
+bundling) writes its shards under ``path/.staging/<task>-<attempt id>/<column>/``. Nothing
+there is part of any dataset. Only when every task has succeeded does the driver, in
+``on_write_complete``, move the shards of the tasks Ray reported as done, in task order
+(the dataset's row order), into ``path/<column>/part-NNNNN.zr``, write each column's
+manifest, then ``columns.json`` (the commit point), then remove the staging area, and with
+it whatever a failed or retried attempt had written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from ray.data import Datasink
+from ray.data.block import Block, BlockAccessor
+
+from chute._schema import read_schema
+from chute.dataset import write_dataset
+from chute.datasets._manifest import Manifest, shard_name, write_manifest
+from chute.ragged import write_ragged
+from chute.ray._layout import STAGING, check_column_name, write_columns
+
+
+class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
+    """Writes a Ray Dataset's columns as chute sharded datasets (see `chute.ray`)."""
+
+    def __init__(
+        self,
+        path: Path,
+        columns: list[str] | None,
+        codec: str,
+        rows_per_shard: int,
+        ragged: frozenset[str],
+    ) -> None:
+        self.path = path
+        self.columns = columns
+        self.codec = codec
+        self.rows_per_shard = rows_per_shard
+        self.ragged = ragged
+        #: After a write, on the driver: the rows of each shard, per write task in order.
+        self.tasks: list[list[int]] = []
+
+    @property
+    def min_rows_per_write(self) -> int:
+        return self.rows_per_shard
+
+    def get_name(self) -> str:
+        return "ChuteWrite"
+
+    def on_write_start(self, schema: Any = None) -> None:
+        (self.path / STAGING).mkdir(parents=True, exist_ok=True)
+
+    def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any]:
+        """One write task: its blocks, cut into shards of ``rows_per_shard`` rows."""
+        staging = self.path / STAGING / f"{ctx.task_idx:08d}-{uuid.uuid4().hex}"
+        task = _TaskWriter(self, staging)
+        for block in blocks:
+            task.add(BlockAccessor.for_block(block).to_batch_format("numpy"))
+        task.flush(final=True)
+        return {
+            "task": int(ctx.task_idx),
+            "staging": staging.name,
+            "shards": task.shards,
+            "kinds": task.kinds,
+        }
+
+    def on_write_complete(self, write_result: Any) -> None:
+        results = sorted(
+            (r for r in write_result.write_returns if r["shards"]), key=lambda r: r["task"]
+        )
+        if not results:
+            raise ValueError("the Ray dataset has no rows: there is nothing to convert")
+        self.tasks = [r["shards"] for r in results]
+        columns = list(results[0]["kinds"])
+        for r in results:
+            if r["kinds"] != results[0]["kinds"]:
+                diff = sorted(k for k in columns if r["kinds"].get(k) != results[0]["kinds"][k])
+                raise TypeError(
+                    f"columns {diff} hold fixed-shape rows in some blocks and variable-length "
+                    "rows in others: name them in ragged=[...] to store them as ragged"
+                )
+        for name in columns:
+            self._commit_column(name, results)
+        records = sum(sum(r["shards"]) for r in results)
+        write_columns(self.path, [(name, results[0]["kinds"][name]) for name in columns], records)
+        shutil.rmtree(self.path / STAGING, ignore_errors=True)
+
+    def _commit_column(self, name: str, results: list[dict[str, Any]]) -> None:
+        target = self.path / name
+        target.mkdir(exist_ok=True)
+        shards: list[tuple[str, int]] = []
+        schema: dict[str, Any] | None = None
+        for r in results:
+            for k, n in enumerate(r["shards"]):
+                part = target / shard_name(len(shards))
+                (self.path / STAGING / r["staging"] / name / f"{k:05d}.zr").rename(part)
+                ours = {key: v for key, v in read_schema(part).items() if key != "codec"}
+                if schema is None:
+                    schema = ours
+                elif ours != schema:
+                    raise TypeError(
+                        f"column {name!r} changes type across blocks: {_describe(schema)} "
+                        f"then {_describe(ours)}"
+                    )
+                shards.append((part.name, n))
+        assert schema is not None
+        schema = {k: v for k, v in schema.items() if k not in ("format", "version")}
+        schema["codec"] = self.codec
+        manifest = Manifest(schema=schema, shard_records=self.rows_per_shard, shards=tuple(shards))
+        write_manifest(target, manifest)
+
+    def on_write_failed(self, error: Exception) -> None:
+        shutil.rmtree(self.path / STAGING, ignore_errors=True)
+
+
+def _describe(schema: dict[str, Any]) -> str:
+    shape = schema.get("item_shape", schema.get("shape"))
+    return f"{schema['dtype']}{list(shape or ())}{' ragged' if schema.get('ragged') else ''}"
+
+
+class _TaskWriter:
+    """Buffers one task's batches and writes a shard per ``rows_per_shard`` rows."""
+
+    def __init__(self, sink: ChuteDatasink, staging: Path) -> None:
+        self.sink = sink
+        self.staging = staging
+        self.pending: list[dict[str, npt.NDArray[Any]]] = []
+        self.rows = 0
+        self.shards: list[int] = []
+        self.kinds: dict[str, str] = {}
+
+    def add(self, batch: dict[str, npt.NDArray[Any]]) -> None:
+        names = self.sink.columns if self.sink.columns is not None else list(batch)
+        missing = [name for name in names if name not in batch]
+        if missing:
+            raise KeyError(f"the Ray dataset has no columns {missing}; it has {list(batch)}")
+        picked = {check_column_name(name): batch[name] for name in names}
+        for name, values in picked.items():
+            kind = "ragged" if values.dtype == object or name in self.sink.ragged else "fixed"
+            if self.kinds.setdefault(name, kind) != kind:
+                raise TypeError(
+                    f"column {name!r} holds fixed-shape rows in some blocks and variable-length "
+                    "rows in others: name it in ragged=[...] to store it as ragged"
+                )
+        self.pending.append(picked)
+        self.rows += len(next(iter(picked.values()))) if picked else 0
+        self.flush(final=False)
+
+    def flush(self, final: bool) -> None:
+        size = self.sink.rows_per_shard
+        if not self.pending or (self.rows < size and not final) or self.rows == 0:
+            return
+        whole = {name: _concat([p[name] for p in self.pending]) for name in self.pending[0]}
+        start = 0
+        while self.rows - start >= size or (final and start < self.rows):
+            stop = min(start + size, self.rows)
+            for name, values in whole.items():
+                self._write(name, values[start:stop])
+            self.shards.append(stop - start)
+            start = stop
+        self.pending = [{name: values[start:] for name, values in whole.items()}]
+        self.rows -= start
+        if self.rows == 0:
+            self.pending = []
+
+    def _write(self, name: str, values: npt.NDArray[Any]) -> None:
+        part = self.staging / name / f"{len(self.shards):05d}.zr"
+        part.parent.mkdir(parents=True, exist_ok=True)
+        codec = self.sink.codec
+        if self.kinds[name] == "fixed":
+            write_dataset(part, values, codec=codec, progress=False).close()
+            return
+        records = [np.asarray(v) for v in values]
+        typed = [r for r in records if r.dtype != object]
+        if len(typed) < len(records):  # Ray hands empty rows back as empty object arrays
+            dtype = typed[0].dtype if typed else np.dtype(np.float64)
+            tail = typed[0].shape[1:] if typed else ()
+            records = [r if r.dtype != object else np.zeros((0, *tail), dtype) for r in records]
+        write_ragged(part, records, codec=codec).close()
+
+
+def _concat(parts: list[npt.NDArray[Any]]) -> npt.NDArray[Any]:
+    if len(parts) == 1:
+        return parts[0]
+    if any(p.dtype == object for p in parts):
+        out = np.empty(sum(len(p) for p in parts), dtype=object)
+        for i, row in enumerate(row for p in parts for row in p):
+            out[i] = row  # one by one: a list of equal-shape rows would broadcast
+        return out
+    return np.concatenate(parts)

@@ -1,0 +1,74 @@
+"""The step loader over sharded datasets: the same batches as over one store, exact resume,
+and a host with ``shard=`` opening only the shards its slice of the batch lies in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chute import DataLoader, Dataset, RaggedDataset, write_dataset, write_ragged
+from chute.datasets import ShardedStore
+
+N = 800
+IMAGES = np.random.default_rng(0).integers(0, 255, (N, 3, 4), dtype=np.uint8)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Dataset, Dataset]:
+    root = tmp_path_factory.mktemp("pair")
+    return write_dataset(root / "one", IMAGES), write_dataset(
+        root / "many", IMAGES, shard_records=100
+    )
+
+
+def _batches(ds: Dataset, mode: str, start: int, n: int, **kw: object) -> list[np.ndarray]:
+    with DataLoader({"x": ds}, 64, mode, seed=3, start_step=start, **kw) as dl:  # type: ignore[arg-type]
+        return [next(dl)["x"] for _ in range(n)]
+
+
+@pytest.mark.parametrize("mode", ["sequential", "iid", "cyclic"])
+def test_same_batches_as_one_store_and_exact_resume(
+    pair: tuple[Dataset, Dataset], mode: str
+) -> None:
+    one, many = pair
+    want = _batches(one, mode, 0, 20)
+    got = _batches(many, mode, 0, 7, num_threads=3) + _batches(many, mode, 7, 13, num_threads=1)
+    for a, b in zip(want, got, strict=True):
+        assert np.array_equal(a, b)
+    with DataLoader({"x": many}, 64, mode, seed=3) as dl:
+        for _ in range(5):
+            next(dl)
+        state = dl.state_dict()
+    with DataLoader({"x": many}, 64, mode, seed=3) as dl:
+        dl.load_state_dict(state)
+        assert np.array_equal(next(dl)["x"], want[5])
+
+
+@pytest.mark.parametrize("count", [2, 4])
+def test_shards_partition_the_global_batch(pair: tuple[Dataset, Dataset], count: int) -> None:
+    one, many = pair
+    whole = _batches(one, "cyclic", 2, 3)
+    parts = [_batches(many, "cyclic", 2, 3, shard=(i, count)) for i in range(count)]
+    for step in range(3):
+        assert np.array_equal(np.concatenate([p[step] for p in parts]), whole[step])
+
+
+def test_a_host_opens_only_the_shards_of_its_slice(tmp_path: Path) -> None:
+    # 8 shards of 100; a sequential global batch of 400 split over 4 hosts: host h reads
+    # records [400 s + 100 h, 400 s + 100 h + 100) at step s, so one shard per step
+    write_dataset(tmp_path / "d", IMAGES, shard_records=100).close()
+    write_ragged(tmp_path / "l", [np.arange(i % 3) for i in range(N)], shard_records=100).close()
+    for host in range(4):
+        streams = {"x": Dataset(tmp_path / "d"), "y": RaggedDataset(tmp_path / "l")}
+        with DataLoader(streams, 400, "sequential", shard=(host, 4), prefetch=1) as dl:
+            batches = [next(dl) for _ in range(3)]  # steps 0, 1, 2
+        assert np.array_equal(batches[1]["x"], IMAGES[400 + 100 * host : 500 + 100 * host])
+        for stream in streams.values():
+            store = stream.store
+            assert isinstance(store, ShardedStore)
+            assert store.opened_shards == (host, host + 4)
+            want = [0] * 8
+            want[host], want[host + 4] = 2, 1
+            assert list(store.gathers) == want
