@@ -9,6 +9,7 @@ are fenced as ``pycon`` code blocks.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,16 @@ from mkdocs.structure.files import File, Files
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 PREFIX = "benchmarks"
+
+
+# A guide's link to a file of the repository outside docs/ (../examples/x.py): the site has
+# no copy of it, so it becomes the path, in code.
+_OUTSIDE = re.compile(r"\[([^\]]+)\]\(\.\./(?!bench/results/)([^)#]+)\)")
+
+
+def _as_repo_path(match: re.Match[str]) -> str:
+    text, path = match.group(1), match.group(2)
+    return f"`{path}`" if text.strip("`") == path else f"{text} (`{path}`)"
 
 
 def on_files(files: Files, config: Any) -> Files:
@@ -35,7 +46,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         # Guides link to the results as the repository lays them out (../bench/results/x.md);
         # on the site those files live under benchmarks/.
         depth = "../" * uri.count("/")
-        return markdown.replace("](../bench/results/", f"]({depth}{PREFIX}/")
+        markdown = markdown.replace("](../bench/results/", f"]({depth}{PREFIX}/")
+        return _OUTSIDE.sub(_as_repo_path, markdown)
     name = Path(uri).stem
     if not markdown.lstrip().startswith("# "):
         markdown = f"# {name.capitalize()} benchmark\n\n{markdown}"
