@@ -53,19 +53,6 @@ COMPARED = ("loss", "lr", "val_acc")  # deterministic metrics (walltime is not)
 # -- data -----------------------------------------------------------------------------------
 
 
-class Subset:
-    """The records of ``dataset`` at ``index``, as a loader stream (a split by index)."""
-
-    def __init__(self, dataset: chute.Dataset, index: np.ndarray) -> None:
-        self.dataset, self.index = dataset, index
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def __getitems__(self, indices: np.ndarray) -> np.ndarray:
-        return self.dataset.__getitems__(self.index[indices])
-
-
 def split(n: int) -> SplitManifest:
     """80/20 train/val by chunks of CHUNK images, assigned at random from SEED."""
     n_chunks = math.ceil(n / CHUNK)
@@ -202,11 +189,14 @@ def train(out: Path, run: Path, steps: int) -> None:
     train_idx, val_idx = manifest.sample_indices("train"), manifest.sample_indices("val")
     images, labels = chute.Dataset(out / "images.zr"), chute.Dataset(out / "labels.zr")
     val_x, val_y = images[val_idx], labels[val_idx]
-    streams = {"image": Subset(images, train_idx), "label": Subset(labels, train_idx)}
+    streams = {"image": images, "label": labels}
     ckpt = run / "ckpt.npz"
     p, v = init_params(), {k: np.zeros_like(a) for k, a in init_params().items()}
     start, wall0 = 0, 0.0
-    with chute.DataLoader(streams, batch_size=BATCH, sampler="cyclic", seed=SEED) as loader:
+    loader = chute.DataLoader(
+        streams, batch_size=BATCH, sampler="cyclic", seed=SEED, indices=train_idx
+    )  # the train split by index: the sampler draws from these records only
+    with loader:
         if ckpt.exists():
             saved = np.load(ckpt)
             state = json.loads(str(saved["state"]))
