@@ -3,13 +3,24 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.chute-installed
+DEMO_STAMP := $(VENV)/.chute-demo
+SOURCES := pyproject.toml setup.py $(wildcard src/chute/_native/*.c src/chute/_native/*.h)
 
-.PHONY: test test-asan test-tf demo bench install clean
+.PHONY: test test-asan test-tf demo docs test-all test-wheel bench install clean
 
-$(STAMP): pyproject.toml setup.py $(wildcard src/chute/_native/*.c src/chute/_native/*.h)
+$(STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,docs]'
+	touch $@
+
+# The demo needs only the package and the small `demo` extra, not the test stack; building
+# in the venv itself (no isolated build env) saves installing setuptools and numpy twice, and
+# --no-compile leaves byte-compiling to the imports the demo makes (a fraction of scipy et al.).
+$(DEMO_STAMP): $(SOURCES)
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --no-compile 'setuptools>=77' 'numpy>=1.26'
+	$(BIN)/pip install -q --no-compile --no-build-isolation -e '.[demo]'
 	touch $@
 
 install: $(STAMP)
@@ -18,6 +29,7 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/mypy src
 	$(BIN)/pytest -q
+	$(MAKE) --no-print-directory docs
 
 # The compiled core built with AddressSanitizer and UBSan in its own directory, then the store,
 # dataset and loader tests run against it: Python finds the sanitized copy of the package first
@@ -53,16 +65,56 @@ test-tf:
 	$(VENV_TF)/bin/pip install -q -e '.[tf]'
 	$(VENV_TF)/bin/pytest -q -p no:cacheprovider tests/insitu/test_tf.py
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python examples/demo.py
 
-bench: $(STAMP)
-	$(BIN)/pip install -q -e '.[test,bench]'
-	$(BIN)/python bench/store.py --plot
-	$(BIN)/python bench/sampler.py --plot
-	$(BIN)/python bench/loader.py --plot
-	$(BIN)/python bench/metrics.py --plot bench/results/metrics.png
-	$(BIN)/python bench/insitu.py --s3 --plot
+# The site: mkdocs (material) + mkdocstrings, into site/; --strict turns a broken link or
+# reference into a failure.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+
+# The suite on each Python in its own venv (.venv-3.X). torch has no CPU wheel for 3.12/3.13
+# on the package indices here (PyPI's is the CUDA build), so those venvs go without it and the
+# torch tests skip, saying so.
+PYTHONS ?= 3.11 3.12 3.13
+test-all:
+	@set -e; for v in $(PYTHONS); do \
+	  echo "== Python $$v"; \
+	  py=python$$v; \
+	  if command -v pyenv > /dev/null; then pv=$$(pyenv versions --bare | grep "^$$v\." | tail -1); \
+	    [ -z "$$pv" ] || py="$$(pyenv root)/versions/$$pv/bin/python$$v"; fi; \
+	  test -x .venv-$$v/bin/python || $$py -m venv .venv-$$v; \
+	  .venv-$$v/bin/pip install -q --upgrade pip; \
+	  if [ "$$v" = 3.11 ]; then .venv-$$v/bin/pip install -q -e '.[test]'; \
+	  else .venv-$$v/bin/python -c 'import tomllib; t = tomllib.load(open("pyproject.toml", "rb")); \
+	    print("\n".join(r for r in t["project"]["optional-dependencies"]["test"] \
+	    if not r.startswith("torch")))' > .venv-$$v/test-requirements.txt; \
+	    .venv-$$v/bin/pip install -q -e . -r .venv-$$v/test-requirements.txt; \
+	    echo "note: no torch in .venv-$$v (the CPU wheel of torch==2.13.0 here is for 3.11;" \
+	      "PyPI's is the CUDA build): the tests that import torch skip"; fi; \
+	  .venv-$$v/bin/pytest -q -p no:cacheprovider; \
+	done
+
+# The built wheel alone in a fresh venv, outside the source tree (tests/test_wheel.py does
+# the same inside `make test`).
+test-wheel: $(STAMP)
+	$(BIN)/pytest -q tests/test_wheel.py
+
+# The benchmarks get their own venv: the peers' packages pin older numpy (mosaicml-streaming:
+# numpy < 2.2) and would change what `make test` runs against. They also pull torchvision,
+# whose only wheel for the CPU torch here is a CUDA build that cannot load (a broken one breaks
+# their imports); no benchmark uses it, so it goes.
+BENCH := .venv-bench/bin
+bench:
+	test -x $(BENCH)/python || $(PY) -m venv .venv-bench
+	$(BENCH)/pip install -q -e '.[test,bench]'
+	$(BENCH)/pip uninstall -y -q torchvision
+	$(BENCH)/python bench/store.py --plot
+	$(BENCH)/python bench/sampler.py --plot
+	$(BENCH)/python bench/loader.py --plot
+	$(BENCH)/python bench/metrics.py --plot bench/results/metrics.png
+	$(BENCH)/python bench/insitu.py --s3 --plot
+	$(BENCH)/python bench/scale.py
 
 clean:
-	rm -rf $(VENV) $(VENV_TF) build src/*.egg-info src/chute/_native/*.so
+	rm -rf $(VENV) $(VENV_TF) .venv-3.* .venv-bench build dist site src/*.egg-info src/chute/_native/*.so

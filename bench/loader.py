@@ -4,7 +4,10 @@ Workload: 20000 images of 3x64x64 uint8, smooth ramps plus noise (the store benc
 ``structured``, from bench/store.py), plus an int32 label stream. Contenders, each
 reading what it is built for: chute (zstd and raw stores), loaderx 0.7.3's DataLoader
 (zstd and raw stores), torch's DataLoader over a memory-mapped .npy (2 worker processes,
-persistent), and a plain numpy loop over the same .npy. Everyone gets 2 threads or workers
+persistent), a plain numpy loop over the same .npy, and, when installed (bench extra), Grain's
+DataLoader over ArrayRecord files (group_size:1, raw and zstd), MosaicML's StreamingDataLoader
+over MDS shards (raw and zstd) and LitData's StreamingDataLoader (records of image + label;
+the formats' adapters are in bench/_peers.py). Everyone gets 2 threads or workers
 (this machine has 2 cores). Reported as ratios of batches/s; run:
 ``python bench/loader.py [--plot]``.
 """
@@ -20,9 +23,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import _peers
 import loaderx
 import numpy as np
-from _steploader import bar_plot, interleaved, report, table
+from _charts import ratio_chart
+from _steploader import RESULTS, interleaved, report, table
 from store import structured  # the store benchmark's workload
 
 import chute
@@ -106,6 +111,52 @@ def _numpy(root: Path) -> Session:
     return batches, batches.close
 
 
+def _grain(root: Path, codec: str, like: dict[str, Any]) -> Session:
+    it = _peers.grain_loader(root / f"ar-{codec}.array_record", like, BATCH, WORKERS)
+    return it, lambda: None  # Grain stops its workers when the iterator is collected
+
+
+def _mds(root: Path, codec: str, like: dict[str, Any]) -> Session:
+    from streaming import StreamingDataLoader
+
+    ds = _peers.mds_dataset(root / f"mds-{codec}", shuffle=True, batch=BATCH)
+    dl = StreamingDataLoader(
+        ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=_peers.collate(like),
+        persistent_workers=True, drop_last=True,
+    )  # fmt: skip
+    epochs = _endless(lambda: iter(dl))
+    return epochs, epochs.close
+
+
+def _litdata(root: Path, like: dict[str, Any]) -> Session:
+    import litdata
+
+    ds = litdata.StreamingDataset(input_dir=str(root / "lit-raw"), shuffle=True, seed=0)
+    dl = litdata.StreamingDataLoader(
+        ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=_peers.collate(like),
+        drop_last=True,
+    )  # fmt: skip
+    epochs = _endless(lambda: iter(dl))
+    return epochs, epochs.close
+
+
+def _peer_starts(root: Path, columns: _peers.Columns) -> dict[str, Callable[[], Session]]:
+    """Write the installed peers' files; their loaders, by name."""
+    like = _peers.like_of(columns)
+    starts: dict[str, Callable[[], Session]] = {}
+    for codec in ("raw", "zstd"):
+        if _peers.available("grain") and _peers.available("array_record"):
+            _peers.arrayrecord_write(root / f"ar-{codec}.array_record", columns, codec == "zstd")
+            starts[f"grain-arrayrecord-{codec}"] = partial(_grain, root, codec, like)
+        if _peers.available("streaming"):
+            _peers.mds_write(root / f"mds-{codec}", columns, codec == "zstd")
+            starts[f"mds-{codec}"] = partial(_mds, root, codec, like)
+    if _peers.available("litdata"):  # its zstd chunks do not read back from a local folder
+        _peers.litdata_write(root / "lit-raw", columns)
+        starts["litdata-raw"] = partial(_litdata, root, like)
+    return starts
+
+
 def _write_all(root: Path, images: np.ndarray, labels: np.ndarray) -> None:
     np.save(root / "images.npy", images)
     np.save(root / "labels.npy", labels)
@@ -144,12 +195,14 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--plot", action="store_true", help="write bench/results/loader.png")
     parser.add_argument("--workdir", default=None, help="where to write the data (temp dir)")
+    parser.add_argument("--records", type=int, default=N, help="records (smoke runs: fewer)")
     args = parser.parse_args()
-    images = structured(N)
-    labels = np.random.default_rng(1).integers(0, 1000, N).astype(np.int32)
+    images = structured(args.records)
+    labels = np.random.default_rng(1).integers(0, 1000, args.records).astype(np.int32)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         root = Path(tmp)
         _write_all(root, images, labels)
+        peers = _peer_starts(root, {"data": images, "label": labels})
         os.sync()  # no write-back of the fresh stores during anyone's turn
         starts: dict[str, Callable[[], Session]] = {
             "chute-zstd": partial(_chute, root, "zstd"),
@@ -158,13 +211,15 @@ def main() -> None:
             "loaderx-raw": partial(_loaderx, root, "raw"),
             "torch": partial(_torch, root),
             "numpy": partial(_numpy, root),
+            **peers,
         }
         measures = {name: _session(start, args.batches) for name, start in starts.items()}
         rate = interleaved(measures, args.rounds)
     mib = BATCH * (images[0].nbytes + 4) / 2**20
+    best = max(r for name, r in rate.items() if not name.startswith("chute"))
     rows = [
         [name, f"{r:.0f}", f"{1e3 / r:.2f}", f"{r * BATCH:,.0f}", f"{r * mib:,.0f}",
-         f"{r / rate['loaderx-zstd']:.2f}x", f"{r / rate['torch']:.2f}x"]
+         f"{r / rate['loaderx-zstd']:.2f}x", f"{r / rate['torch']:.2f}x", f"{r / best:.2f}x"]
         for name, r in sorted(rate.items(), key=lambda kv: -kv[1])
     ]  # fmt: skip
 
@@ -177,17 +232,22 @@ def main() -> None:
         ["chute-zstd / torch", ">= 5x", ratio("chute-zstd", "torch")],
     ]
     body = (
-        f"{N} records of {SHAPE} uint8 + int32 labels, batch {BATCH}, {WORKERS} threads or "
-        f"workers each; median batches/s of {args.rounds} interleaved rounds of "
+        f"{args.records} records of {SHAPE} uint8 + int32 labels, batch {BATCH}, {WORKERS} "
+        f"threads or workers each; median batches/s of {args.rounds} interleaved rounds of "
         f"{args.batches} batches.\n\n"
         + table(["loader", "batches/s", "ms/batch", "samples/s", "MiB/s", "vs loaderx-zstd",
-                 "vs torch"], rows)
+                 "vs torch", "vs strongest peer"], rows)
         + "\n\n"
         + table(["target", "wanted", "measured"], targets)
     )  # fmt: skip
     report("loader", "Loader benchmark", body)
     if args.plot:
-        bar_plot("loader", [r[0] for r in rows], [float(r[1]) for r in rows], "batches/s")
+        ratio_chart(
+            RESULTS / "loader.png",
+            "Full pipeline, batch 256: ratio to the strongest peer",
+            [r[0] for r in rows],
+            {"batches/s": [float(r[1]) for r in rows]},
+        )
 
 
 if __name__ == "__main__":

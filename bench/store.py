@@ -1,4 +1,5 @@
-"""Record-store benchmark: chute against loaderx 0.7.3, a memory-mapped .npy, LMDB and HDF5.
+"""Record-store benchmark: chute against loaderx 0.7.3, a memory-mapped .npy, LMDB, HDF5,
+Grain's ArrayRecord, MosaicML Streaming (MDS) and LitData.
 
 One run, one workload, every contender side by side; results as ratios, since the machines
 here are shared and noisy. Writes bench/results/store.md (and store.png with --plot).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import shutil
 import sys
@@ -18,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import _peers
 import numpy as np
+from _charts import ratio_chart
 
 import chute
 
@@ -161,6 +165,31 @@ def h5py_contender() -> Contender | None:
     return Contender("h5py", write, open_, ".h5")
 
 
+def peer_contenders() -> list[Contender]:
+    """The formats of bench/_peers.py that are installed, one record per row."""
+
+    def wrap(name: str, write: Callable, reader: Callable, suffix: str) -> Contender:
+        def open_(path: Path, like: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+            read = reader(path, _peers.like_of({"data": like}))
+            return lambda idx: read(idx)["data"]
+
+        return Contender(name, lambda path, a: write(path, {"data": a}), open_, suffix)
+
+    out = []
+    if _peers.available("array_record") and _peers.available("grain"):
+        for zstd in (False, True):
+            write = functools.partial(_peers.arrayrecord_write, zstd=zstd)
+            label = "arrayrecord-" + ("zstd" if zstd else "raw")
+            out.append(wrap(label, write, _peers.arrayrecord_reader, ".array_record"))
+    if _peers.available("streaming"):
+        for zstd in (False, True):
+            write = functools.partial(_peers.mds_write, zstd=zstd)
+            out.append(wrap("mds-" + ("zstd" if zstd else "raw"), write, _peers.mds_reader, ".mds"))
+    if _peers.available("litdata"):  # its zstd chunks do not read back from a local folder
+        out.append(wrap("litdata-raw", _peers.litdata_write, _peers.litdata_reader, ".lit"))
+    return out
+
+
 def run_workload(
     label: str,
     a: np.ndarray,
@@ -184,8 +213,9 @@ def run_workload(
             if k and write_s[c.name] > 15.0:
                 continue
             path = DATA / f"{label}-{c.name}{c.suffix}"
-            if path.exists():
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            for old in (path, path.with_name(path.name + "-cache")):
+                if old.exists():
+                    shutil.rmtree(old) if old.is_dir() else old.unlink()
             t0 = time.perf_counter()
             c.write(path, a)
             write_s[c.name] = min(write_s[c.name], time.perf_counter() - t0)
@@ -278,6 +308,7 @@ def main() -> None:
         *filter(None, [loaderx_contender(c) for c in ("raw", "zstd", "zstd_dict")]),
         npy_contender(),
         *filter(None, [lmdb_contender(), h5py_contender()]),
+        *peer_contenders(),
     ]
     limit_fn = decode_limit(big)
     extra = {"decode": limit_fn[0]} if limit_fn else {}
@@ -290,6 +321,7 @@ def main() -> None:
         chute_contender("zstd"),
         *filter(None, [loaderx_contender(c) for c in ("raw", "zstd")]),
         npy_contender(),
+        *peer_contenders(),
     ]
     small_rows, _ = run_workload(
         "small", small, small_contenders, args.batches, args.batch, args.rounds
@@ -394,25 +426,20 @@ def main() -> None:
 
 
 def plot(rows: list[dict], small_rows: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, data, title in (
-        (axes[0], rows, "images (3,64,64) u8"),
-        (axes[1], small_rows, "64 x int32"),
+    """store.png and store-small.png: each table as ratios to its strongest peer."""
+    for data, name, title in (
+        (rows, "store", "Images (3, 64, 64) uint8: ratio to the strongest peer"),
+        (small_rows, "store-small", "Small records (64 int32): ratio to the strongest peer"),
     ):
-        names = [r["name"] for r in data]
-        vals = [r["gather"] for r in data]
-        colors = ["tab:blue" if n.startswith("chute") else "tab:gray" for n in names]
-        ax.barh(names, vals, color=colors)
-        ax.set_xlabel("random-batch gather, MiB/s")
-        ax.set_title(title)
-        ax.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(RESULTS / "store.png", dpi=110)
+        metrics = {
+            "gather MiB/s": [float(r["gather"]) for r in data],
+            "batch-1 read": [float(r["single_us"]) for r in data],
+            "write MiB/s": [float(r["write"]) for r in data],
+            "compression": [float(r["ratio"]) for r in data],
+        }
+        names = [str(r["name"]) for r in data]
+        low = ["batch-1 read"]
+        ratio_chart(RESULTS / f"{name}.png", title, names, metrics, lower_is_better=low)
 
 
 if __name__ == "__main__":

@@ -35,23 +35,65 @@ __all__ = [
 
 
 class ChuteError(Exception):
-    """Base class of every error chute raises on purpose."""
+    """Base class of every error chute raises on purpose.
+
+    >>> import chute
+    >>> try:
+    ...     chute.Dataset("/no/such/store.zr")
+    ... except chute.ChuteError as e:
+    ...     print(type(e).__name__, isinstance(e, FileNotFoundError))
+    StoreNotFoundError True
+    """
 
 
 class StoreError(ChuteError):
-    """A store cannot be opened or used as asked."""
+    """A store cannot be opened or used as asked.
+
+    >>> import chute
+    >>> [c.__name__ for c in (chute.StoreLockedError, chute.CorruptStoreError)
+    ...  if issubclass(c, chute.StoreError)]
+    ['StoreLockedError', 'CorruptStoreError']
+    """
 
 
 class StoreNotFoundError(StoreError, FileNotFoundError):
-    """The path holds no store (and the mode does not create one)."""
+    """The path holds no store (and the mode does not create one).
+
+    >>> import tempfile, chute
+    >>> try:
+    ...     chute.RecordStore(tempfile.mkdtemp() + "/missing.zr", mode="r")
+    ... except FileNotFoundError as e:
+    ...     print(type(e).__name__)
+    StoreNotFoundError
+    """
 
 
 class StoreLockedError(StoreError):
-    """Another writer (handle or process) holds the store."""
+    """Another writer (handle or process) holds the store.
+
+    >>> import tempfile, chute
+    >>> path = tempfile.mkdtemp() + "/s.zr"
+    >>> with chute.RecordStore(path, mode="w") as writer:
+    ...     try:
+    ...         chute.RecordStore(path, mode="a")
+    ...     except chute.StoreLockedError:
+    ...         print("locked")
+    locked
+    """
 
 
 class StoreClosedError(StoreError, ValueError):
-    """The store was closed."""
+    """The store was closed.
+
+    >>> import tempfile, numpy as np, chute
+    >>> ds = chute.write_dataset(tempfile.mkdtemp() + "/x.zr", np.arange(3))
+    >>> ds.close()
+    >>> try:
+    ...     ds[0]
+    ... except ValueError as e:
+    ...     print(type(e).__name__)
+    StoreClosedError
+    """
 
 
 class StoreChangedError(StoreError, RuntimeError):
@@ -63,6 +105,16 @@ class CorruptStoreError(StoreError):
     """Bytes on disk contradict the format: a damaged table, chunk, frame or dictionary.
 
     ``index`` is the record index that exposed the damage, when one did.
+
+    >>> import os, tempfile, numpy as np, chute
+    >>> path = tempfile.mkdtemp() + "/x.zr"
+    >>> chute.write_dataset(path, np.arange(100), codec="raw").close()
+    >>> os.truncate(path + "/0.zr", 400)  # cut the chunk file: records 50.. are gone
+    >>> try:
+    ...     chute.Dataset(path)[[10, 90]]
+    ... except chute.CorruptStoreError as e:
+    ...     print(e.index)
+    90
     """
 
     def __init__(self, message: str, index: int | None = None) -> None:
@@ -71,7 +123,21 @@ class CorruptStoreError(StoreError):
 
 
 class ChecksumError(CorruptStoreError):
-    """A record decoded cleanly but its bytes differ from the CRC-32C written with it."""
+    """A record decoded cleanly but its bytes differ from the CRC-32C written with it.
+
+    >>> import tempfile, numpy as np, chute
+    >>> path = tempfile.mkdtemp() + "/x.zr"
+    >>> chute.write_dataset(path, np.zeros((4, 8), np.uint8), codec="raw").close()
+    >>> with open(path + "/0.zr", "r+b") as f:  # flip one bit of record 2
+    ...     _ = f.seek(17); _ = f.write(b"\x01")
+    >>> chute.Dataset(path)[2].tolist()  # without verify the damage reads as data
+    [0, 1, 0, 0, 0, 0, 0, 0]
+    >>> try:
+    ...     chute.Dataset(path, verify=True)[2]
+    ... except chute.ChecksumError as e:
+    ...     print("record", e.index)
+    record 2
+    """
 
 
 class IncompleteDatasetError(CorruptStoreError):
@@ -94,7 +160,18 @@ class RecordIndexError(ChuteError, IndexError, RuntimeError):
 
 
 class RunLockedError(ChuteError, RuntimeError):
-    """Another writer (in another process) holds the metric run."""
+    """Another writer (in another process) holds the metric run.
+
+    >>> import subprocess, sys, tempfile
+    >>> from chute.metrics import DirectWriter
+    >>> run = tempfile.mkdtemp()
+    >>> w = DirectWriter(run)
+    >>> code = "import sys; from chute.metrics import DirectWriter; DirectWriter(sys.argv[1])"
+    >>> err = subprocess.run([sys.executable, "-c", code, run], capture_output=True, text=True)
+    >>> "RunLockedError" in err.stderr
+    True
+    >>> w.close()
+    """
 
 
 class RunHasStepsError(ChuteError, FileExistsError):
@@ -130,11 +207,32 @@ class RunFileMissingError(CorruptRunError, FileNotFoundError):
 
 
 class WriterClosedError(ChuteError, RuntimeError):
-    """The metric writer was finished, closed, or taken over by a newer writer of the run."""
+    """The metric writer was finished, closed, or taken over by a newer writer of the run.
+
+    >>> import tempfile
+    >>> from chute.metrics import DirectWriter
+    >>> run = tempfile.mkdtemp()
+    >>> old = DirectWriter(run)
+    >>> new = DirectWriter(run)  # a restarted loop in the same process takes the run over
+    >>> try:
+    ...     old.write(loss=1.0)
+    ... except RuntimeError as e:
+    ...     print(type(e).__name__)
+    WriterClosedError
+    >>> new.close()
+    """
 
 
 class BadChunkError(ChuteError, RuntimeError):
-    """A stored Zarr chunk could not be read or decoded; ``key`` is its store key."""
+    """A stored Zarr chunk could not be read or decoded; ``key`` is its store key.
+
+    ``InSituDataset(on_bad_chunk="raise")`` raises it; ``"skip"`` lists the key instead.
+
+    >>> from chute.insitu import BadChunkError
+    >>> e = BadChunkError("t2m/c/3/0/0", OSError("truncated"))
+    >>> e.key, str(e)
+    ('t2m/c/3/0/0', "bad chunk 't2m/c/3/0/0': OSError: truncated")
+    """
 
     def __init__(self, key: str, cause: BaseException) -> None:
         super().__init__(f"bad chunk {key!r}: {type(cause).__name__}: {cause}")
