@@ -194,7 +194,12 @@ class ShardedStore:
                     f"the batch is {stride} bytes: the record does not match the requested size "
                     "or schema"
                 )
-        self._run(parts, lambda store, pos, local: store.gather_into(local, out, pos * stride))
+        self._run(
+            parts,
+            lambda store, pos, local, threads: store.gather_into(
+                local, out, pos * stride, threads=threads
+            ),
+        )
         return out
 
     def gather_packed(self, indices: Any) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
@@ -214,25 +219,31 @@ class ShardedStore:
             raise ValueError(f"{idx.size} indices but {offs.size} offsets")
         self._run(
             list(self._split(idx)),
-            lambda store, pos, local: store.gather_into(local, out, offs[pos]),
+            lambda store, pos, local, threads: store.gather_into(
+                local, out, offs[pos], threads=threads
+            ),
         )
         return out
 
-    def _run(self, parts: list[_Part], gather: Callable[[RecordStore, Any, Any], object]) -> None:
-        """``gather(store, positions, local)`` for every part; the shards' native calls run
-        side by side on up to ``threads`` threads (one pays the thread hand-off once per
-        batch, not once per shard). Waits for all before raising the first error."""
+    def _run(
+        self, parts: list[_Part], gather: Callable[[RecordStore, Any, Any, int], object]
+    ) -> None:
+        """``gather(store, positions, local, threads)`` for every part; the shards' native
+        calls run side by side on up to ``threads`` threads (one pays the thread hand-off
+        once per batch, not once per shard), each call then on its share of the cores, so
+        the cores are never oversubscribed. Waits for all before raising the first error."""
         for s, *_ in parts:
             self._count(s)
         groups = min(self._threads, len(parts))
+        share = max(1, self._threads // max(groups, 1))
         if groups <= 1:
             for _, store, pos, local in parts:
-                gather(store, pos.astype(np.uint64), local)
+                gather(store, pos.astype(np.uint64), local, self._threads)
             return
 
         def run(group: list[_Part]) -> None:
             for _, store, pos, local in group:
-                gather(store, pos.astype(np.uint64), local)
+                gather(store, pos.astype(np.uint64), local, share)
 
         pool = self._pool()
         futures = [pool.submit(run, parts[k::groups]) for k in range(1, groups)]

@@ -315,9 +315,11 @@ class RecordStore:
         indices: IndexLike,
         out: npt.NDArray[Any],
         offsets: npt.NDArray[np.integer[Any]] | Sequence[int],
+        *,
+        threads: int | None = None,
     ) -> npt.NDArray[Any]:
         """Decode record i to byte ``offsets[i]`` of ``out`` (C-contiguous, plain dtype), in
-        one native call.
+        one native call on ``threads`` cores (default: the handle's).
 
         A slot may be larger than its record (the rest is left as it was), so a padded batch
         is filled in place: fill ``out`` with the pad value, then gather into it.
@@ -331,7 +333,7 @@ class RecordStore:
             self._read(
                 idx, 0,
                 lambda s: _read.gather(s, idx, out, 0, offs, verify=self._verify,
-                                       threads=self._threads),
+                                       threads=threads or self._threads),
             )  # fmt: skip
         return out
 
