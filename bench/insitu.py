@@ -99,7 +99,11 @@ def peer_python() -> Path:
     """The Python 3.12 venv with insitubatch 0.2.0 (made on first use)."""
     exe = PEER_VENV / "bin" / "python"
     if not exe.exists():
-        py312 = shutil.which("python3.12") or str(Path.home() / ".pyenv/versions/3.12.1/bin/python")
+        # pyenv's shim exists even where no 3.12 is selected: take an interpreter that runs
+        found = sorted(Path.home().glob(".pyenv/versions/3.12.*/bin/python3.12"))
+        candidates = [*map(str, found), shutil.which("python3.12")]
+        py312 = next(c for c in candidates if c and subprocess.run(
+            [c, "-c", ""], capture_output=True).returncode == 0)  # fmt: skip
         subprocess.run([py312, "-m", "venv", str(PEER_VENV)], check=True)
         subprocess.run(
             [str(exe), "-m", "pip", "install", "-q", "insitubatch==0.2.0", "psutil"], check=True
