@@ -19,11 +19,17 @@ from chute.store import RecordStore
 def check_indices(idx: npt.NDArray[Any], n: int) -> npt.NDArray[np.int64]:
     """Integer indices as flat int64, negatives counted from the end (as numpy does)."""
     flat = idx.reshape(-1)
-    if flat.size and (int(flat.min()) < -n or int(flat.max()) >= n):
+    if not flat.size:
+        return flat.astype(np.int64)
+    if flat.size == 1:  # a single record: plain ints, no reductions (the batch-1 read path)
+        lo = hi = int(flat[0])
+    else:
+        lo, hi = int(flat.min()), int(flat.max())
+    if lo < -n or hi >= n:
         bad = flat[(flat < -n) | (flat >= n)][0]
         raise RecordIndexError(f"index {int(bad)} is out of range for a dataset of {n} records")
-    if flat.dtype.kind == "u":
-        return flat.astype(np.int64)
+    if lo >= 0:
+        return flat if flat.dtype == np.int64 else flat.astype(np.int64)
     return np.where(flat < 0, flat + n, flat).astype(np.int64)
 
 
@@ -50,6 +56,7 @@ class StoreView:
             )
             raise StoreKindError(f"{path} holds {kind} records: open it with {opener}")
         self._path = path
+        self._seen = 0  # a length this view has seen: indices below it need no refresh
         self._opened_at = path.absolute()  # what a pickled copy reopens, whatever its cwd
         self._verify = verify
         self._threads = threads

@@ -164,7 +164,17 @@ class Dataset(StoreView):
             if idx.size:
                 raise TypeError(f"dataset indices must be integers, got {idx.dtype}")
             idx = idx.astype(np.int64)
-        return check_indices(idx, len(self))
+        flat = idx.reshape(-1)
+        n = self._seen
+        if flat.size == 1:
+            lo = hi = int(flat[0])
+        elif flat.size:
+            lo, hi = int(flat.min()), int(flat.max())
+        if not flat.size or lo < 0 or hi >= n:
+            # only then ask the store (a writer may have appended since): the batch path
+            # skips re-reading the header when every index is below a length already seen
+            self._seen = n = len(self)
+        return check_indices(flat, n)
 
     def __getitem__(self, key: Any) -> npt.NDArray[Any]:
         rest: tuple[Any, ...] = ()
