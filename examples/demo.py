@@ -358,7 +358,7 @@ def plot(out: Path) -> Path:
     png = out / "training.png"
     cmd = [sys.executable, "-m", "chute", "metrics", "plot", str(out / "run" / "metrics")]
     subprocess.run(
-        [*cmd, "loss", "val_acc", "lr", "-o", str(png), "--smooth", "0.6"],
+        [*cmd, "loss", "val_acc", "lr", "-o", str(png)],
         check=True,
         stdout=subprocess.DEVNULL,
     )
