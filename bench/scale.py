@@ -19,8 +19,6 @@ import itertools
 import os
 import shutil
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,21 +26,12 @@ import numpy as np
 import chute
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from store import structured  # the store benchmark's workload
+from store import structured, timed  # the store benchmark's workload and timer
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "scale"
 RESULTS = ROOT / "results"
 MiB = 1 << 20
-
-
-def best_of(fn: Callable[[], object], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def gather(images: np.ndarray, batches: int, batch: int, rounds: int) -> list[str]:
@@ -61,7 +50,7 @@ def gather(images: np.ndarray, batches: int, batch: int, rounds: int) -> list[st
     times = {name: float("inf") for name in readers}
     for _ in range(rounds):
         for name, read in readers.items():
-            times[name] = min(times[name], best_of(lambda r=read: [r(i) for i in plan], 1))
+            times[name] = min(times[name], timed(lambda r=read: [r(i) for i in plan], 1))
     mib = batches * batch * images[0].nbytes / MiB
     base = times["one store"]
     lines = [
@@ -124,7 +113,7 @@ def ray_part(images: np.ndarray, workers: int, rounds: int, batch: int) -> list[
             f"chute.ray.write_dataset ({workers} Ray workers)": ray_chute,
             f"ray write_parquet ({workers} Ray workers)": parquet,
         }
-        wtimes = {name: best_of(fn, rounds) for name, fn in writes.items()}
+        wtimes = {name: timed(fn, rounds) for name, fn in writes.items()}
         mib = images.nbytes / MiB
         base = wtimes["chute.write_dataset (1 process)"]
         shards = chute.datasets.read_manifest(DATA / "ray" / "data").shards
@@ -154,7 +143,7 @@ def ray_part(images: np.ndarray, workers: int, rounds: int, batch: int) -> list[
                 pass
 
         reads = {"chute.ray.read_dataset": read_chute, "ray.data.read_parquet": read_parquet}
-        rtimes = {name: best_of(fn, rounds) for name, fn in reads.items()}
+        rtimes = {name: timed(fn, rounds) for name, fn in reads.items()}
         base = rtimes["ray.data.read_parquet"]
         lines += [
             "",
