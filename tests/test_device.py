@@ -276,6 +276,29 @@ def test_an_asynchronous_copy_failure_surfaces_in_next_and_the_stream_goes_on() 
     _same(rest, want[at : at + 4])
 
 
+@pytest.mark.parametrize("failing", [0, 1])
+def test_seek_waits_for_every_copy_and_raises_only_a_delivered_batch_failure(
+    failing: int,
+) -> None:
+    # batch 0 is delivered (its copy still running), batches 1 and 2 are copied ahead
+    mover = SlowMover(fail_async=failing)
+    with DeviceLoader(_loader(2), mover, depth=2) as dev:  # type: ignore[arg-type]
+        next(dev)
+        assert len(mover.tickets) == 3 and not any(t.finished for t in mover.tickets)
+        if failing == 0:  # the consumer holds that batch: its copy's failure is news
+            with pytest.raises(RuntimeError, match="copy failed"):
+                dev.seek(5)
+        else:  # a batch copied ahead is dropped, and its failure with it
+            dev.seek(5)
+        assert all(t.finished for t in mover.tickets[:3])  # none left running behind
+        if failing:
+            assert dev.step == 5
+            got = next(dev)
+            for ticket in mover.tickets[3:]:
+                ticket.complete()
+            _same([got], _reference(1, start=5))
+
+
 def test_a_batch_torch_cannot_hold_is_a_copy_error_at_its_step() -> None:
     def odd(batch: dict[str, Any]) -> dict[str, Any]:
         if int(batch["y"][0]) == 16 * 3:  # step 3 of the sequential stream

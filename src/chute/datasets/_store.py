@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._schema import read_schema
+from chute._waiting import wait_all
 from chute.datasets._manifest import Manifest, read_manifest
 from chute.errors import CorruptStoreError, StoreClosedError
 from chute.store import RecordStore
@@ -247,18 +248,7 @@ class ShardedStore:
 
         pool = self._pool()
         futures = [pool.submit(run, parts[k::groups]) for k in range(1, groups)]
-        errors: list[BaseException] = []
-        try:
-            run(parts[0::groups])
-        except BaseException as e:
-            errors.append(e)
-        for future in futures:
-            try:
-                future.result()
-            except BaseException as e:
-                errors.append(e)
-        if errors:
-            raise errors[0]
+        wait_all([lambda: run(parts[0::groups]), *(f.result for f in futures)])
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from chute._buffers import Allocate, BatchBuffers
+from chute._waiting import first_failure
 
 if TYPE_CHECKING:
     from chute.loader import DataLoader
@@ -135,14 +136,8 @@ class _Pipeline:
         self.copying.clear()
         self.ahead.clear()
         self.exhausted = False
-        failure: BaseException | None = None
-        for entry in delivered + ahead:
-            if entry.ticket is not None:
-                try:
-                    entry.ticket.wait()
-                except BaseException as error:
-                    if failure is None and entry in delivered:
-                        failure = error
+        failure = first_failure(e.ticket.wait for e in delivered if e.ticket is not None)
+        first_failure(e.ticket.wait for e in ahead if e.ticket is not None)  # dropped unseen
         if failure is not None and not quiet:
             raise failure
 
