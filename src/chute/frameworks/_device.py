@@ -200,17 +200,22 @@ class DeviceLoader:
         return batch
 
     def seek(self, step: int) -> None:
-        """Make ``step`` the next batch; copies in flight are waited for and dropped."""
-        self._pipe.drain()
-        self.loader.seek(step)
+        """Make ``step`` the next batch; copies in flight are waited for and dropped (a
+        delivered batch's failed copy is raised, after the seek took effect)."""
+        try:
+            self._pipe.drain()
+        finally:
+            self.loader.seek(step)
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state at the consumer's step (not at the batches in flight)."""
         return {**self.loader.state_dict(), "step": self.step}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._pipe.drain()
-        self.loader.load_state_dict(state)
+        try:
+            self._pipe.drain()
+        finally:
+            self.loader.load_state_dict(state)
 
     def close(self) -> None:
         """Wait for the copies in flight, then close the loader."""
