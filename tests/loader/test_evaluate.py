@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 from typing import Any
 
@@ -33,6 +34,17 @@ def test_partial_pass_visits_every_record_once_in_order(
     assert len(batches[-1]["y"]) == N - batch * (len(batches) - 1)
     for b in batches:
         np.testing.assert_array_equal(b["x"][:, 0], b["y"] * 3)
+
+
+def test_iterate_is_the_eval_pass_constructor_under_its_own_name() -> None:
+    params = inspect.signature(iterate).parameters
+    assert params == inspect.signature(chute.EvalPass).parameters
+    assert list(params)[:2] == ["streams", "batch_size"]
+    assert all(params[k].kind is inspect.Parameter.KEYWORD_ONLY for k in list(params)[2:])
+    p = iterate(_streams(), 10, indices=[3, 1], last="pad", prefetch=2, shard=None)
+    assert type(p) is chute.EvalPass and (p.batch_size, p.last, p.prefetch) == (10, "pad", 2)
+    with pytest.raises(TypeError, match="'lst'"):
+        iterate(_streams(), 2, lst="pad")  # type: ignore[call-arg]
 
 
 def test_padded_pass_has_full_batches_and_a_mask() -> None:

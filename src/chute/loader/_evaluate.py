@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, get_args
+from typing import Any, Literal, ParamSpec, get_args
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +17,8 @@ from chute.sampler import _check_u64
 
 Last = Literal["partial", "pad"]
 """The final batch of a pass: ``"partial"`` (shorter) or ``"pad"`` (full, with a mask)."""
+
+P = ParamSpec("P")
 
 MASK = "mask"
 """The batch key of the row mask in ``last="pad"`` passes."""
@@ -100,18 +103,27 @@ class EvalPass(Pipeline):
         )
 
 
-def iterate(
-    streams: Mapping[str, Stream | npt.NDArray[Any]],
-    batch_size: int,
-    *,
-    indices: npt.ArrayLike | None = None,
-    last: Last = "partial",
-    num_threads: int | None = None,
-    prefetch: int = 4,
-    transform: Callable[[Batch], Batch] | None = None,
-    shard: Shard = None,
-) -> EvalPass:
-    """A finite pass visiting every record (or each of ``indices``) exactly once, in order.
+def _signature_of(
+    cls: Callable[P, EvalPass],
+) -> Callable[[Callable[..., EvalPass]], Callable[P, EvalPass]]:
+    """Give a front that forwards everything to ``cls`` the constructor's parameters, for
+    type checkers (``P``) and for `inspect.signature` / ``help()``."""
+
+    def front(fn: Callable[..., EvalPass]) -> Callable[P, EvalPass]:
+        params = inspect.signature(cls).parameters.values()
+        fn.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            list(params), return_annotation="EvalPass"
+        )
+        return fn
+
+    return front
+
+
+@_signature_of(EvalPass)
+def iterate(*args: Any, **kwargs: Any) -> EvalPass:
+    """``iterate(streams, batch_size, *, indices=None, last="partial", num_threads=None,
+    prefetch=4, transform=None, shard=None)``: a finite pass (an `EvalPass`) visiting every
+    record (or each of ``indices``) exactly once, in order.
 
     Batches are ``batch_size`` records (the global batch, split by ``shard`` as in
     `DataLoader`); the final one is shorter with ``last="partial"``, or full with
@@ -125,7 +137,4 @@ def iterate(
     >>> [b["mask"].tolist() for b in iterate({"x": np.arange(5)}, 2, last="pad")][-1]
     [True, False]
     """
-    return EvalPass(
-        streams, batch_size, indices=indices, last=last, num_threads=num_threads,
-        prefetch=prefetch, transform=transform, shard=shard,
-    )  # fmt: skip
+    return EvalPass(*args, **kwargs)
