@@ -13,9 +13,8 @@ import numpy.typing as npt
 from chute._progress import STEP_BYTES, Progress
 from chute._schema import WriteMode, check_plain_dtype, open_for_writing
 from chute._view import StoreView, check_indices
-from chute.datasets import is_sharded
 from chute.datasets._append import write_sharded
-from chute.datasets._write import check_sharding, remove_dataset_files
+from chute.datasets._write import check_sharding
 from chute.store import Codec
 from chute.store._internal import MAX_RECORD, sample_rows
 
@@ -72,16 +71,12 @@ def write_dataset(
     if row_bytes > MAX_RECORD:
         raise ValueError(f"one row is {row_bytes} bytes; the Zrecord format caps a record at 1 MiB")
     check_sharding(shard_records, workers)
-    if shard_records is not None or (mode == "a" and is_sharded(path)):
-        options = {"codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size}
-        options["level"] = level
-        write_sharded(
-            path, "fixed", array, mode=mode, overwrite=overwrite,
-            shard_records=shard_records, workers=workers, options=options,
-        )  # fmt: skip
+    options = {"codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size, "level": level}
+    if write_sharded(
+        path, "fixed", array, mode=mode, overwrite=overwrite,
+        shard_records=shard_records, workers=workers, options=options,
+    ):  # fmt: skip
         return Dataset(path)
-    if overwrite and is_sharded(path):
-        remove_dataset_files(path)
     n = shape[0]
     rows_per_read = max(1, chunk_bytes // max(row_bytes, 1))
     rows_per_step = max(1, min(chunk_bytes, STEP_BYTES) // max(row_bytes, 1))

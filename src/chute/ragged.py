@@ -22,9 +22,8 @@ import numpy.typing as npt
 from chute._progress import STEP_BYTES, Progress
 from chute._schema import WriteMode, check_plain_dtype, open_for_writing
 from chute._view import StoreView, check_indices
-from chute.datasets import is_sharded
 from chute.datasets._append import write_sharded
-from chute.datasets._write import check_sharding, remove_dataset_files
+from chute.datasets._write import check_sharding
 from chute.errors import CorruptStoreError
 from chute.store import Codec, RecordStore
 from chute.store._internal import MAX_RECORD
@@ -99,19 +98,16 @@ def write_ragged(
     set_shape = first[2] if first else want_shape
     assert set_dtype is not None and set_shape is not None
     check_plain_dtype(set_dtype)
-    if shard_records is not None or (mode == "a" and is_sharded(path)):
-        options = {
-            "codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size, "level": level,
-            "dtype": set_dtype, "item_shape": set_shape,
-        }  # fmt: skip
-        rest = _within_cap(chain([first[0]] if first else [], (r for r, _, _ in records)))
-        write_sharded(
-            path, "ragged", rest, mode=mode, overwrite=overwrite,
-            shard_records=shard_records, workers=workers, options=options,
-        )  # fmt: skip
+    options = {
+        "codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size, "level": level,
+        "dtype": set_dtype, "item_shape": set_shape,
+    }  # fmt: skip
+    rest = _within_cap(chain([first[0]] if first else [], (r for r, _, _ in records)))
+    if write_sharded(
+        path, "ragged", rest, mode=mode, overwrite=overwrite,
+        shard_records=shard_records, workers=workers, options=options,
+    ):  # fmt: skip
         return RaggedDataset(path)
-    if overwrite and is_sharded(path):
-        remove_dataset_files(path)
     fields = {"ragged": True, "dtype": set_dtype.str, "item_shape": list(set_shape)}
     store, c = open_for_writing(
         path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level

@@ -175,6 +175,18 @@ def test_overwrite_between_single_and_sharded(tmp_path: Path) -> None:
     assert not is_sharded(path)
 
 
+@pytest.mark.parametrize("kind", ["fixed", "ragged"])
+def test_a_bad_mode_leaves_a_sharded_dataset_that_overwrite_would_replace(
+    sharded: Path, kind: str
+) -> None:
+    write: Any = write_dataset if kind == "fixed" else write_ragged
+    data: Any = ROWS[:5] if kind == "fixed" else [ROWS[:2], ROWS[:3]]
+    with pytest.raises(ValueError, match="mode must be 'w'"):
+        write(sharded, data, mode="append", overwrite=True)
+    with Dataset(sharded) as ds:  # checked before anything was removed
+        assert np.array_equal(ds[:], ROWS)
+
+
 def test_bad_sharding_options(tmp_path: Path) -> None:
     for kwargs, err in (
         ({"shard_records": 0}, ValueError),

@@ -131,15 +131,18 @@ def write_sharded(
     shard_records: int | None,
     workers: int | None,
     options: dict[str, Any],
-) -> None:
-    """`write_dataset` / `write_ragged` for a sharded dataset: ``mode="a"`` on one appends
-    (`append_dataset` / `append_ragged`), otherwise shards of ``shard_records`` are written
-    anew (``source`` is the array, or the checked records)."""
+) -> bool:
+    """The sharded path of `write_dataset` / `write_ragged`; False where the write is of a
+    single store, which the caller then makes (a sharded dataset that ``overwrite=True``
+    replaces is removed first). ``mode="a"`` on a sharded dataset appends
+    (`append_dataset` / `append_ragged`); with ``shard_records``, shards of that many
+    records are written anew (``source`` is the array, or the checked records)."""
     if mode not in ("w", "a"):
         raise ValueError(f"mode must be 'w' (write a new store) or 'a' (append), got {mode!r}")
     if mode == "a" and overwrite:
         raise ValueError("overwrite=True replaces the dataset and mode='a' appends to it: pick one")
-    if mode == "a" and is_sharded(path):
+    sharded = is_sharded(path)
+    if mode == "a" and sharded:
         manifest = read_manifest(path)
         if shard_records is not None and shard_records != manifest.shard_records:
             raise ValueError(
@@ -152,9 +155,11 @@ def write_sharded(
             )
         append = append_dataset if kind == "fixed" else append_ragged
         append(path, source, workers=workers).close()
-        return
+        return True
     if shard_records is None:
-        raise ValueError(f"{path} is a single store: shard_records= cannot be left out here")
+        if overwrite and sharded:
+            remove_dataset_files(path)
+        return False
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         if mode == "a":
             raise StoreError(f"{path} holds a single store, not shards: append without shards")
@@ -174,3 +179,4 @@ def write_sharded(
     write_shards(
         path, kind, payloads, empty, shard_records=shard_records, workers=workers, options=options
     )
+    return True
