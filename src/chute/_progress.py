@@ -13,6 +13,8 @@ from typing import TypeVar
 
 from tqdm import tqdm
 
+from chute._closing import Closing
+
 MIB = 1 << 20
 #: Work larger than this shows a bar in Python unless the caller says otherwise.
 SHOW_OVER_BYTES = 256 << 20
@@ -28,7 +30,7 @@ _SIZED = (
 _OPEN = "{desc}: {n:.1f} MiB [{elapsed}, {rate_fmt}]{postfix}"  # total not known yet
 
 
-class Progress:
+class Progress(Closing):
     """A bar counting bytes in MiB. ``show=None`` shows it once the work is large: at the
     start when ``total`` says so, else as soon as the bytes done pass the threshold.
 
@@ -107,9 +109,3 @@ class Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from chute._closing import Closing
 from chute._schema import read_schema
 from chute.datasets import ShardedStore, is_sharded
 from chute.errors import RecordIndexError, StoreKindError
@@ -37,7 +38,7 @@ def _reopen(cls: type[StoreView], path: str, verify: bool, threads: int | None) 
     return cls(path, verify=verify, threads=threads)
 
 
-class StoreView:
+class StoreView(Closing):
     """Opens a store read-only after checking that its schema.json is of this view's kind."""
 
     _ragged: ClassVar[bool]
@@ -104,9 +105,3 @@ class StoreView:
 
     def close(self) -> None:
         self._store.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

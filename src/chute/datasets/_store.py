@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from chute._closing import Closing
 from chute._schema import read_schema
 from chute._waiting import wait_all
 from chute.datasets._manifest import Manifest, read_manifest
@@ -29,7 +30,7 @@ _Part = tuple[int, RecordStore, npt.NDArray[np.intp], npt.NDArray[np.int64]]
 _Split = Iterator[_Part]
 
 
-class ShardedStore:
+class ShardedStore(Closing):
     """A read-only sharded dataset's records: ``len``, ``gather``, ``gather_packed``,
     ``gather_into``, ``lengths``, ``stats`` and ``verify`` over the global index space.
 
@@ -300,12 +301,6 @@ class ShardedStore:
         for store in self._stores:
             if store is not None:
                 store.close()
-
-    def __enter__(self) -> ShardedStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (

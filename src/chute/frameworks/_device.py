@@ -15,10 +15,10 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from chute._buffers import Allocate, BatchBuffers
+from chute._closing import Closing
 from chute._waiting import first_failure
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def _check_depth(depth: int) -> int:
     return depth
 
 
-class DeviceLoader:
+class DeviceLoader(Closing):
     """A `chute.DataLoader` (or an evaluation pass, ``loader.epoch()``) whose batches arrive
     on a device (see `to_device`).
 
@@ -224,17 +224,6 @@ class DeviceLoader:
         finally:
             self.loader.use_buffers(None)
             self.loader.close()
-
-    def __enter__(self) -> DeviceLoader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"DeviceLoader({self.loader!r}, depth={self.depth})"

@@ -7,17 +7,17 @@ indices a step reads (`_plan`), where the step counter lives, and whether the st
 from __future__ import annotations
 
 import os
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from types import TracebackType
 from typing import Any, ClassVar, Self
 
 import numpy as np
 import numpy.typing as npt
 
 from chute._buffers import BatchBuffers
+from chute._closing import Closing
 from chute.loader._streams import Batch, GathersInto, Stream
 from chute.sampler import _check_u64
 
@@ -44,7 +44,7 @@ def check_prefetch(prefetch: object, num_threads: object) -> tuple[int, int]:
     return int(prefetch), int(num_threads)
 
 
-class Pipeline(ABC):
+class Pipeline(Closing):
     """``num_threads`` workers gather and transform up to ``prefetch`` steps ahead; ``next()``
     returns them in step order, so the stream of batches is the same for any threading. An
     error in a gather or the transform is re-raised by ``next()`` with its traceback, and the
@@ -189,14 +189,3 @@ class Pipeline(ABC):
         """Stop the worker threads; waits only for batches already being gathered."""
         self._closed = True
         self._stop_workers()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

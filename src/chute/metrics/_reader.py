@@ -7,11 +7,11 @@ import os
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 import numpy as np
 
+from chute._closing import Closing
 from chute.errors import CorruptRunError, RunFileMissingError
 
 from . import _format as F
@@ -82,7 +82,7 @@ def _open_source(path: str, kind: str | None) -> Source:
     return DirSource(str(rdir))
 
 
-class Reader:
+class Reader(Closing):
     """Read metrics of one run (folder or archive); one instance per thread.
 
     Manifest, config, hot rows and JSON columns are cached until `refresh()`;
@@ -149,14 +149,6 @@ class Reader:
     def close(self) -> None:
         """Close the archive (if any)."""
         self._src.close()
-
-    def __enter__(self) -> Reader:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def refresh(self) -> None:
         """Drop cached metadata to pick up new metrics, hot rows and config of a live run."""

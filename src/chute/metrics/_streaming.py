@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 
+from chute._closing import Closing
 from chute.errors import RunFinalizedError, RunHasStepsError, WriterClosedError
 
 from . import _config
@@ -20,7 +20,7 @@ from ._reader import Reader, is_run
 from ._writer import Schema, batch_of, check_overrides, check_step, run_paths
 
 
-class StreamingWriter(ABC):
+class StreamingWriter(Closing):
     """Shared life cycle of `DirectWriter` and `CompactingWriter`."""
 
     def __init__(
@@ -113,17 +113,6 @@ class StreamingWriter(ABC):
         finally:
             self._closed = True
             self._lock.release()
-
-    def __enter__(self) -> StreamingWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -13,11 +13,12 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from chute._closing import Closing
 from chute._native import codes
 from chute.errors import (
     StoreChangedError,
@@ -57,7 +58,7 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0))
 
 
-class RecordStore:
+class RecordStore(Closing):
     """A persistent store of byte records with batch gather straight into numpy buffers.
 
     Records are addressed by a dense index ``0..len(store)``; deleting swaps the last record
@@ -489,12 +490,6 @@ class RecordStore:
         self._writer = None
         self._snap = empty_snapshot()  # let go of the mappings, so they unmap now
         self._files.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
