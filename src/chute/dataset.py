@@ -15,6 +15,7 @@ from chute._schema import WriteMode, check_plain_dtype, open_for_writing
 from chute._view import StoreView, check_indices
 from chute.datasets._append import write_sharded
 from chute.datasets._write import check_sharding
+from chute.errors import OutBufferError
 from chute.store import Codec
 from chute.store._internal import MAX_RECORD, sample_rows
 
@@ -148,8 +149,10 @@ class Dataset(StoreView):
         """
         idx = self._flat(indices)
         want = (len(idx), *self._item_shape)
-        if out.shape != want or out.dtype != self._dtype:
-            raise ValueError(f"out is {out.shape} {out.dtype}, the batch is {want} {self._dtype}")
+        if out.dtype != self._dtype:
+            raise OutBufferError(f"out has dtype {out.dtype}, the batch is {self._dtype}")
+        if out.shape != want:
+            raise OutBufferError(f"out has shape {out.shape}, the batch is {want}")
         self._store.gather(idx, out)
         return out
 

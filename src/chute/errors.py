@@ -15,6 +15,7 @@ __all__ = [
     "IncompleteDatasetError",
     "MetricWrittenTwiceError",
     "NarrowingError",
+    "OutBufferError",
     "PlotError",
     "RecordIndexError",
     "RunFileMissingError",
@@ -46,8 +47,11 @@ class ChuteError(Exception):
     """
 
 
-class StoreError(ChuteError):
-    """A store cannot be opened or used as asked.
+class StoreError(ChuteError, RuntimeError):
+    """A store cannot be opened or used as asked: not found, locked, closed, changed, damaged,
+    full, or of another kind. A RuntimeError, as loaderx's ``ZrecordError`` is for the same
+    failures, so code catching that keeps working; the narrower classes add the built-in
+    that fits (`StoreNotFoundError` is a FileNotFoundError, `StoreClosedError` a ValueError).
 
     >>> import chute
     >>> [c.__name__ for c in (chute.StoreLockedError, chute.CorruptStoreError)
@@ -96,7 +100,7 @@ class StoreClosedError(StoreError, ValueError):
     """
 
 
-class StoreChangedError(StoreError, RuntimeError):
+class StoreChangedError(StoreError):
     """A delete, compaction or reset changed the store since this reader opened it (or
     while it read): the records it would return may be gone or moved. Reopen the store."""
 
@@ -152,6 +156,22 @@ class StoreKindError(StoreError, ValueError):
 class SchemaMismatchError(StoreError, ValueError):
     """Records to append differ from the store's schema.json in dtype or record shape (a
     ValueError, as in loaderx)."""
+
+
+class OutBufferError(ChuteError, ValueError, TypeError):
+    """An ``out=`` array a gather cannot write into: read-only, not C-contiguous, of a dtype
+    that holds Python objects, or of the wrong dtype, shape or size for the batch; the
+    message says which. A ValueError and a TypeError, which is what such an array raised
+    before, so code catching either keeps working.
+
+    >>> import tempfile, numpy as np, chute
+    >>> ds = chute.write_dataset(tempfile.mkdtemp() + "/x.zr", np.arange(6).reshape(3, 2))
+    >>> try:
+    ...     ds.gather_into([0, 1], np.empty((2, 2), ds.dtype)[:, ::-1])
+    ... except chute.OutBufferError as e:
+    ...     print(str(e).split(":")[0], isinstance(e, ValueError))
+    out is not C-contiguous (a strided view, a transpose or Fortran order) True
+    """
 
 
 class RecordIndexError(ChuteError, IndexError, RuntimeError):

@@ -127,6 +127,21 @@ def test_opening_something_that_is_not_a_store(tmp_path: Path, what: str) -> Non
     _same_family(theirs, ours)
 
 
+def test_a_damaged_store(tmp_path: Path) -> None:
+    path = tmp_path / "z.zr"
+    loaderx.write_dataset(str(path), np.random.default_rng(0).integers(0, 5, (100, 64)))
+    chunk = path / "0.zr"
+    data = bytearray(chunk.read_bytes())
+    for i in range(20, len(data), 7):  # zstd frames that no longer decode
+        data[i] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    theirs = _raised(lambda: loaderx.Dataset(str(path))[[1, 50]])
+    ours = _raised(lambda: chute.Dataset(path)[[1, 50]])
+    assert isinstance(theirs, RuntimeError)  # loaderx.ZrecordError
+    _same_family(theirs, ours)
+    assert isinstance(ours, chute.CorruptStoreError) and "record 1" in str(ours)
+
+
 def test_loaderx_dataloader_code_runs_unchanged(stores: dict[str, Path]) -> None:
     """A loaderx call with its keyword names: same batches as chute's spelling, with warnings."""
     streams = {"data": chute.Dataset(stores["lx"]), "label": np.arange(10)}

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chute import (
+    OutBufferError,
     RecordStore,
     StoreClosedError,
     StoreError,
@@ -380,7 +381,7 @@ def test_gather_into_padded_slots(store_path: Path) -> None:
         assert out.tobytes() == b"wxyz.ab..........."[:15]
         with pytest.raises(ValueError, match="offsets"):
             s.gather_into([0], out, [0, 1])
-        with pytest.raises(ValueError, match="slot"):
+        with pytest.raises(OutBufferError, match="does not fit in out at byte 13"):
             s.gather_into([2], out, [13])  # 4 bytes do not fit at byte 13 of 15
 
 

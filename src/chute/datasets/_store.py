@@ -25,6 +25,7 @@ from chute._waiting import wait_all
 from chute.datasets._manifest import Manifest, read_manifest
 from chute.errors import CorruptStoreError, StoreClosedError
 from chute.store import RecordStore
+from chute.store._internal import check_out, out_stride
 
 _Part = tuple[int, RecordStore, npt.NDArray[np.intp], npt.NDArray[np.int64]]
 _Split = Iterator[_Part]
@@ -175,13 +176,10 @@ class ShardedStore(Closing):
     def gather(self, indices: Any, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """Decode equal-size records into the rows of ``out`` (C-contiguous, n rows)."""
         idx = self._as_indices(indices)
-        if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("out must be a writeable C-contiguous array")
+        check_out(out)
         if idx.size == 0:
             return out
-        if out.nbytes % idx.size:
-            raise ValueError(f"out has {out.nbytes} bytes, not a multiple of {idx.size} records")
-        stride = out.nbytes // idx.size
+        stride = out_stride(out, idx.size)
         parts = list(self._split(idx))
         if len(parts) == 1:  # one shard: the plain gather, which checks every size itself
             self._count(parts[0][0])

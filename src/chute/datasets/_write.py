@@ -38,7 +38,7 @@ from chute.datasets._manifest import (
     shard_name,
     write_manifest,
 )
-from chute.errors import StoreError
+from chute.errors import StoreKindError
 from chute.store import RecordStore
 from chute.store._format import DICT_FILE, MAX_RECORDS, META_FILE, SCHEMA_FILE, SUMS_FILE
 from chute.store._io import fsync_dir, lock_exclusive
@@ -301,5 +301,5 @@ def check_appendable(path: Path, ragged: bool) -> Manifest:
     manifest = read_manifest(path)
     if bool(manifest.schema.get("ragged")) != ragged:
         kind = "variable-length" if manifest.schema.get("ragged") else "fixed-shape"
-        raise StoreError(f"{path} holds {kind} records: append with the matching function")
+        raise StoreKindError(f"{path} holds {kind} records: append with the matching function")
     return manifest

@@ -9,17 +9,21 @@ modules (`_format`, `_codec`, `_io` ...) can change without reaching through the
 * `SCHEMA_FILE`: the name of the dataset layer's schema.json inside a store directory.
 * `sample_rows`: which rows to train a zstd dictionary on.
 * `write_file_atomic`: replace a small file so a crash leaves the old or the new, never half.
+* `check_out`, `out_stride`: an ``out=`` array checked, the problem named (`OutBufferError`).
 """
 
 from chute.store._codec import sample_rows
 from chute.store._format import CODEC_NAMES, MAX_RECORD, SCHEMA_FILE, codec_name, parse_codec
 from chute.store._io import write_file_atomic
+from chute.store._out import check_out, out_stride
 
 __all__ = [
     "CODEC_NAMES",
     "MAX_RECORD",
     "SCHEMA_FILE",
+    "check_out",
     "codec_name",
+    "out_stride",
     "parse_codec",
     "sample_rows",
     "write_file_atomic",

@@ -11,9 +11,10 @@ import numpy.typing as npt
 
 from chute import _native
 from chute._native import codes
-from chute.errors import ChecksumError, CorruptStoreError
+from chute.errors import ChecksumError, CorruptStoreError, OutBufferError
 from chute.store import _format as fmt
 from chute.store._files import Snapshot
+from chute.store._out import out_problem
 
 #: Codes that mean "the bytes contradict the format": worth one retry against a fresh
 #: snapshot in a reader (a torn view of a writer's commit would show as one of these).
@@ -46,10 +47,16 @@ def gather(
     """One native call; raises `GatherFailed` on the first bad record, else returns how
     many records had no checksum to match."""
     sums = snap.sums if verify else None
-    code, pos, detail, unchecked = _native.gather(
-        snap.table, snap.limits, snap.maps, idx, dst, stride, offsets, snap.ddict,
-        sums, snap.strict and sums is not None, threads,
-    )  # fmt: skip
+    try:
+        code, pos, detail, unchecked = _native.gather(
+            snap.table, snap.limits, snap.maps, idx, dst, stride, offsets, snap.ddict,
+            sums, snap.strict and sums is not None, threads,
+        )  # fmt: skip
+    except (TypeError, ValueError):  # the core refused the destination: say what is wrong
+        problem = out_problem(dst)
+        if problem is None:
+            raise
+        raise problem from None
     if code:
         raise GatherFailed(code, pos, detail)
     return unchecked
@@ -87,6 +94,11 @@ def error_for(
         return MemoryError("out of memory while gathering records")
     loc = snap.table[index]
     where = f"{path}: record {index} (chunk {loc['chunk_id']}, offset {loc['offset']})"
+    if code == codes.GE_DST and stride == 0:  # gather_into: the offsets reach past out
+        return OutBufferError(
+            f"record {index} ({loc['logic_length']} bytes) does not fit in out at byte "
+            f"{detail}: out is too small for the offsets"
+        )
     if code == codes.GE_DST:
         return ValueError(
             f"record {index} holds {loc['logic_length']} bytes, but its slot in the batch "

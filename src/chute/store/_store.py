@@ -31,6 +31,7 @@ from chute.store import _read
 from chute.store._codec import sample_rows
 from chute.store._files import Snapshot, StoreFiles, empty_snapshot
 from chute.store._io import lock_shared_wait, unlock
+from chute.store._out import out_stride
 from chute.store._write import APPEND_SLICE, Writer, open_for_writing
 
 Mode = Literal["r", "a", "w"]
@@ -290,9 +291,7 @@ class RecordStore(Closing):
             out = np.empty((n, size), np.uint8)
         if n == 0:
             return out
-        if out.nbytes % n:
-            raise ValueError(f"out has {out.nbytes} bytes, not a multiple of {n} records")
-        stride = out.nbytes // n
+        stride = out_stride(out, n)
         dst = out
         self._read(
             idx, stride,
