@@ -207,3 +207,21 @@ def test_ragged_append_mode(tmp_path: Path) -> None:
     with pytest.raises(chute.StoreKindError, match="append with write_dataset"):
         chute.write_ragged(tmp_path / "f.zr" if write_dataset(tmp_path / "f.zr", ARRAY) else path,
                            seqs, mode="a")  # fmt: skip
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_batch_reads_see_records_appended_after_the_view_opened(tmp_path: Path, size: int) -> None:
+    # a single store (a sharded dataset's view keeps the manifest it opened)
+    path = tmp_path / "grow"
+    write_dataset(path, ARRAY[:10]).close()
+    with Dataset(path) as ds:
+        np.testing.assert_array_equal(ds.__getitems__(list(range(size))), ARRAY[:size])
+        write_dataset(path, ARRAY[10:20], mode="a").close()  # the view keeps its handle
+        for idx in ([9] * size, [19] * size, list(range(19, 19 - size, -1)), [-1] * size):
+            want = ARRAY[:20][idx]
+            np.testing.assert_array_equal(ds.__getitems__(idx), want)
+        with pytest.raises(chute.RecordIndexError, match="of 20 records"):
+            ds.__getitems__([20] * size)
+        with pytest.raises(chute.RecordIndexError, match="-21 is out of range"):
+            ds.__getitems__([0] * (size - 1) + [-21])
+        np.testing.assert_array_equal(ds.__getitems__(np.array([], np.int64)), ARRAY[:0])

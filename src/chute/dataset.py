@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from chute._progress import STEP_BYTES, Progress
 from chute._schema import WriteMode, check_plain_dtype, open_for_writing
-from chute._view import StoreView, check_indices
+from chute._view import StoreView, check_indices, index_bounds
 from chute.datasets._append import write_sharded
 from chute.datasets._write import check_sharding
 from chute.errors import OutBufferError
@@ -164,15 +164,12 @@ class Dataset(StoreView):
             idx = idx.astype(np.int64)
         flat = idx.reshape(-1)
         n = self._seen
-        if flat.size == 1:
-            lo = hi = int(flat[0])
-        elif flat.size:
-            lo, hi = int(flat.min()), int(flat.max())
-        if not flat.size or lo < 0 or hi >= n:
+        bounds = index_bounds(flat) if flat.size else None
+        if bounds is None or bounds[0] < 0 or bounds[1] >= n:
             # only then ask the store (a writer may have appended since): the batch path
             # skips re-reading the header when every index is below a length already seen
             self._seen = n = len(self)
-        return check_indices(flat, n)
+        return check_indices(flat, n, bounds)
 
     def __getitem__(self, key: Any) -> npt.NDArray[Any]:
         rest: tuple[Any, ...] = ()
@@ -186,7 +183,8 @@ class Dataset(StoreView):
         if isinstance(key, (bool, np.bool_)):
             raise TypeError("a boolean scalar is not a dataset index")
         if isinstance(key, (int, np.integer)):
-            out = self._take(check_indices(np.array([int(key)]), n))[0]
+            k = int(key)
+            out = self._take(check_indices(np.array([k]), n, (k, k)))[0]
         elif isinstance(key, slice):
             out = self._take(np.arange(n, dtype=np.int64)[key])
         else:
