@@ -64,11 +64,30 @@ def _log(
     w.finish(zip=False)  # type: ignore[attr-defined]
 
 
+#: What the writer benchmark logs each step: np.float32 values, which both libraries store as
+#: f32 columns (a Python float is f64 in chute and f32 in plattli: unequal bytes to write).
+WRITTEN = "10 np.float32 metrics, stored as f32 by both, and 1 string a step"
+
+
+def _stored(run: str) -> dict[str, tuple[str, bytes]]:
+    """Each float metric's dtype in the run's manifest and the bytes of its column file."""
+    pdir = os.path.join(run, "plattli")
+    with open(os.path.join(pdir, "plattli.json")) as f:
+        manifest = json.load(f)
+    out = {}
+    for name, entry in manifest.items():
+        if name.startswith("m") and isinstance(entry, dict):
+            with open(os.path.join(pdir, f"{name}.{entry['dtype']}"), "rb") as col:
+                out[name] = (entry["dtype"], col.read())
+    return out
+
+
 def bench_writers(tmp: str, steps: int, repeats: int) -> list[tuple[str, float, float, str]]:
-    """steps/s for 10 float metrics + 1 string per step, finish() included."""
+    """steps/s for `WRITTEN`, finish() included; both runs are checked to hold the same
+    f32 bytes."""
     rng = np.random.default_rng(0)
     rows = [
-        {**{f"m{i}": float(v) for i, v in enumerate(rng.random(10))}, "note": f"step note {s}"}
+        {**{f"m{i}": v for i, v in enumerate(rng.random(10, dtype=np.float32))}, "note": f"n {s}"}
         for s in range(1000)
     ]
     kinds: dict[str, tuple[Callable[[Any], Callable[[str], object]], str]] = {
@@ -92,6 +111,9 @@ def bench_writers(tmp: str, steps: int, repeats: int) -> list[tuple[str, float, 
                     t_ref = min(t_ref, t)
                 else:
                     t_new = min(t_new, t)
+        ref, new = _stored(f"{tmp}/w_ref"), _stored(f"{tmp}/w_new")
+        assert len(ref) == 10 and ref == new, f"{label}: the two runs store different columns"
+        assert {dtype for dtype, _ in new.values()} == {"f32"}, label
         out.append(
             (f"write {steps:,} steps: {label} (steps/s)", steps / t_ref, steps / t_new, target)
         )
@@ -238,7 +260,7 @@ def met(label: str, r: float, target: str) -> str:
 
 def report(rows: list[tuple[str, float, float, str]]) -> str:
     lines = [
-        "| workload | plattli 0.19.0 | chute | chute advantage | target | |",
+        f"| workload (writes: {WRITTEN}) | plattli 0.19.0 | chute | chute advantage | target | |",
         "|---|---:|---:|---:|---:|---|",
     ]
     for label, ref, new, target in rows:
