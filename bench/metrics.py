@@ -31,24 +31,24 @@ import chute.metrics as cm
 RESULTS = Path(__file__).parent / "results" / "metrics.md"
 
 
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    """Fastest of `repeats` timed calls, in seconds."""
+def _times(fn: Callable[[], object], repeats: int) -> list[float]:
+    """Seconds each of `repeats` calls took."""
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    return min(times)
+    return times
+
+
+def best_of(fn: Callable[[], object], repeats: int) -> float:
+    """Fastest of `repeats` timed calls, in seconds."""
+    return min(_times(fn, repeats))
 
 
 def median_of(fn: Callable[[], object], repeats: int) -> float:
     """Median of `repeats` timed calls (for sub-millisecond reads)."""
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return statistics.median(_times(fn, repeats))
 
 
 # -- writers -----------------------------------------------------------------------------------
