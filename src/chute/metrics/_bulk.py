@@ -15,10 +15,10 @@ from ._archive import zip_run
 from ._columns import ColumnStore
 from ._dtypes import Value
 from ._lock import RunLock
-from ._writer import Schema, batch_of, check_overrides, check_step, run_paths
+from ._writer import Schema, Steps, check_overrides, check_step, run_paths
 
 
-class BulkWriter:
+class BulkWriter(Steps):
     """Buffer every metric in memory; `finish()` writes, optimizes and publishes the run.
 
     The export is built in a staging folder and swapped in, so a crash never
@@ -45,22 +45,9 @@ class BulkWriter:
         if not self._overwrite and (os.path.exists(self._pdir) or os.path.exists(self._zip)):
             raise FileExistsError(f"{self._outdir} already holds a run; pass overwrite=True")
 
-    @property
-    def step(self) -> int:
-        """The step that `write()` logs at; assign to jump ahead (never back over written steps)."""
-        return self._step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self._check_open()
-        self._step = self._schema.move_step(self._step, value)
-
     def write(self, metrics: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         """Buffer metrics at the current step (same rules as the streaming writers)."""
-        self._check_open()
-        checked = self._schema.validate(batch_of(metrics, kwargs), self._step)
-        self._schema.commit(checked, self._step)
-        for name, val, _code in checked:
+        for name, val, _code in self._accept(metrics, kwargs):
             steps, vals = self._columns.setdefault(name, ([], []))
             steps.append(self._step)
             vals.append(val)

@@ -17,10 +17,10 @@ from ._columns import ColumnStore
 from ._dtypes import Value
 from ._lock import RunLock
 from ._reader import Reader, is_run
-from ._writer import Schema, batch_of, check_overrides, check_step, run_paths
+from ._writer import Schema, Steps, check_overrides, check_step, run_paths
 
 
-class StreamingWriter(Closing):
+class StreamingWriter(Steps, Closing):
     """Shared life cycle of `DirectWriter` and `CompactingWriter`."""
 
     def __init__(
@@ -52,23 +52,9 @@ class StreamingWriter(Closing):
             raise
         self._schema = Schema.of(self._pdir, self._store.cols)
 
-    @property
-    def step(self) -> int:
-        """The step that `write()` logs at; assign to jump ahead (never back over written steps)."""
-        return self._step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self._check_open()
-        self._step = self._schema.move_step(self._step, value)
-
     def write(self, metrics: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         """Log metrics at the current step; the whole batch is validated before any change."""
-        self._check_open()
-        batch = batch_of(metrics, kwargs)
-        checked = self._schema.validate(batch, self._step)
-        self._schema.commit(checked, self._step)
-        self._apply(checked)
+        self._apply(self._accept(metrics, kwargs))
 
     def set_config(self, config: Mapping[str, Any]) -> None:
         """Atomically replace the run's config.json (a linked target is left unchanged)."""

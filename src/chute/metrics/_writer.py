@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,6 +144,37 @@ class Schema:
                     elif num > meta.hi:
                         meta.hi = num
             meta.last_step = step
+
+
+class Steps(ABC):
+    """What every metric writer shares: the step it logs at, and each batch validated as a
+    whole, then committed to the run's schema at that step."""
+
+    _step: int
+    _schema: Schema
+
+    @abstractmethod
+    def _check_open(self) -> None:
+        """Raise `WriterClosedError` once the writer is finished or closed."""
+
+    @property
+    def step(self) -> int:
+        """The step that `write()` logs at; assign to jump ahead (never back over written steps)."""
+        return self._step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._check_open()
+        self._step = self._schema.move_step(self._step, value)
+
+    def _accept(
+        self, metrics: Mapping[str, Any] | None, kwargs: dict[str, Any]
+    ) -> list[tuple[str, Value, str]]:
+        """The batch of a `write()` call, checked and committed (nothing changes on an error)."""
+        self._check_open()
+        checked = self._schema.validate(batch_of(metrics, kwargs), self._step)
+        self._schema.commit(checked, self._step)
+        return checked
 
 
 def run_paths(outdir: str | os.PathLike[str]) -> tuple[str, str, str]:
