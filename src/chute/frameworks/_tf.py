@@ -22,6 +22,15 @@ def as_tf_dataset(view: SplitView, output_signature: Any = None) -> Any:
     short last batch fits) comes from ``view.dataset.batch_spec()`` unless given. Each
     iteration of the dataset is one pass over the view. (Example and test in
     ``tests/insitu/test_tf.py``, run by ``make test-tf``: TensorFlow lives apart.)
+
+    The example is skipped under ``make test``: TensorFlow cannot be imported in the
+    process that holds torch and JAX, so it only runs in the ``.venv-tf`` environment.
+
+    >>> from chute.insitu import InSituDataset
+    >>> from chute.frameworks import as_tf_dataset
+    >>> ds = InSituDataset("era5.zarr", batch_size=32)  # doctest: +SKIP
+    >>> for batch in as_tf_dataset(ds.train):  # doctest: +SKIP
+    ...     model.train_on_batch(batch["t2m"])
     """
     import tensorflow as tf
 
