@@ -52,7 +52,8 @@ def write_dataset(
 
     Skipped as a doctest: it starts a Ray cluster (``tests/ray`` runs it on a local one).
 
-    >>> import ray, numpy as np  # doctest: +SKIP
+    >>> import numpy as np
+    >>> import ray  # doctest: +SKIP
     >>> from chute.ray import write_dataset
     >>> items = [{"x": np.full(3, i), "tokens": np.arange(i % 7 + 1)} for i in range(100)]
     >>> rows = ray.data.from_items(items, override_num_blocks=4)  # doctest: +SKIP
