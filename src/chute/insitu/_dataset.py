@@ -52,7 +52,20 @@ def _cores() -> int:
 
 @dataclass(frozen=True)
 class InSituConfig:
-    """The resolved settings of a dataset (defaults filled in from the machine and data)."""
+    """The resolved settings of a dataset (defaults filled in from the machine and data).
+
+    >>> import tempfile, numpy as np, zarr
+    >>> path = tempfile.mkdtemp() + "/weather.zarr"  # 40 samples in chunks of 10
+    >>> t2m = zarr.open_group(path, mode="w").create_array("t2m", shape=(40, 2), chunks=(10, 2),
+    ...                                                     dtype="f4")
+    >>> t2m[:] = np.arange(80).reshape(40, 2)
+    >>> from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+    >>> manifest = split_by_chunk(open_geometries(path)["t2m"], (0.5, 0.25, 0.25))
+    >>> ds = InSituDataset(path, manifest, batch_size=8)
+    >>> ds.config.batch_size, ds.config.shuffle, ds.config.budget_is_automatic
+    (8, True, True)
+    >>> ds.close()
+    """
 
     batch_size: int
     block_chunks: int
@@ -69,7 +82,29 @@ class InSituConfig:
 
 
 class SplitView:
-    """One split of a dataset; iterating it runs one pass (an epoch for ``train``)."""
+    """One split of a dataset; iterating it runs one pass (an epoch for ``train``).
+
+    A pass resumes from the dataset's ``state_dict``, after the batches it handed out:
+
+    >>> import tempfile, numpy as np, zarr
+    >>> path = tempfile.mkdtemp() + "/weather.zarr"  # 40 samples in chunks of 10
+    >>> t2m = zarr.open_group(path, mode="w").create_array("t2m", shape=(40, 2), chunks=(10, 2),
+    ...                                                     dtype="f4")
+    >>> t2m[:] = np.arange(80).reshape(40, 2)
+    >>> from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+    >>> manifest = split_by_chunk(open_geometries(path)["t2m"], (0.5, 0.25, 0.25))
+    >>> ds = InSituDataset(path, manifest, batch_size=8)
+    >>> len(ds.train), ds.train.n_samples
+    (3, 20)
+    >>> epoch = iter(ds.train)
+    >>> first = next(epoch); state = ds.state_dict(); epoch.close()  # a checkpoint
+    >>> resumed = InSituDataset(path, manifest, batch_size=8)
+    >>> resumed.load_state_dict(state)
+    >>> rest = [batch.sample_indices for batch in resumed.train]  # batches 2 and 3
+    >>> sorted(np.concatenate([first.sample_indices, *rest]).tolist()) == list(range(20))
+    True
+    >>> ds.close(); resumed.close()
+    """
 
     def __init__(self, dataset: InSituDataset, name: ViewName) -> None:
         self._dataset = dataset
@@ -115,6 +150,25 @@ class InSituDataset:
     ``cache_budget_bytes`` are derived from the core count, the chunk size and the
     budget; ``describe()`` shows what was chosen and what it costs. An unknown keyword
     is a ``TypeError`` naming the nearest valid one, raised before anything is read.
+
+    >>> import tempfile, numpy as np, zarr
+    >>> path = tempfile.mkdtemp() + "/weather.zarr"  # 40 samples in chunks of 10
+    >>> t2m = zarr.open_group(path, mode="w").create_array("t2m", shape=(40, 2), chunks=(10, 2),
+    ...                                                     dtype="f4")
+    >>> t2m[:] = np.arange(80).reshape(40, 2)
+    >>> from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+    >>> manifest = split_by_chunk(open_geometries(path)["t2m"], (0.5, 0.25, 0.25))
+    >>> ds = InSituDataset(path, manifest, batch_size=8, seed=0)
+    >>> for epoch in range(2):
+    ...     ds.set_epoch(epoch)  # reshuffles train
+    ...     seen = np.concatenate([batch.sample_indices for batch in ds.train])
+    ...     print(sorted(seen.tolist()) == list(range(20)), len(seen))
+    True 20
+    True 20
+    >>> batch = next(iter(ds.val))  # in order, no shuffle
+    >>> batch["t2m"].shape, batch.sample_indices[:3].tolist()
+    ((8, 2), [20, 21, 22])
+    >>> ds.close()
     """
 
     def __init__(
