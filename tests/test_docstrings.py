@@ -3,8 +3,8 @@
 The names are those of each public module's ``__all__``; pytest runs the examples themselves
 (``--doctest-modules`` over ``src/chute``). Here we check that they exist: a docstring
 without a ``>>>`` example fails naming the object, and so does a skipped example (``+SKIP``)
-outside the short list of APIs that need a cluster, a server or TensorFlow. Type aliases cannot carry
-a runnable example, but each must have an attribute docstring in its source.
+outside the short list of APIs that need a cluster, a server or TensorFlow. Type aliases
+cannot carry a runnable example, but each must have an attribute docstring in its source.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import ast
 import doctest
 import importlib
 import inspect
+import itertools
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -84,14 +85,12 @@ def _is_documented_alias(package: ModuleType, name: str) -> bool:
     files = where.parent.rglob("*.py") if where.name == "__init__.py" else [where]
     for file in files:
         body = ast.parse(file.read_text()).body
-        for stmt, after in zip(body, body[1:], strict=False):
-            targets = (
-                stmt.targets
-                if isinstance(stmt, ast.Assign)
-                else [stmt.target]
-                if isinstance(stmt, ast.AnnAssign)
-                else []
-            )
+        for stmt, after in itertools.pairwise(body):
+            targets: list[ast.expr] = []
+            if isinstance(stmt, ast.Assign):
+                targets = stmt.targets
+            elif isinstance(stmt, ast.AnnAssign):
+                targets = [stmt.target]
             if any(isinstance(t, ast.Name) and t.id == name for t in targets) and (
                 isinstance(after, ast.Expr)
                 and isinstance(after.value, ast.Constant)
