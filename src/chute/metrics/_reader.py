@@ -161,7 +161,9 @@ class Reader:
 
         >>> import tempfile, chute.metrics as cm
         >>> d = tempfile.mkdtemp(); w = cm.DirectWriter(d); w.write(loss=0.5); w.end_step()
-        >>> w.finish(); cm.Reader(d).verify()
+        >>> w.finish()
+        >>> with cm.Reader(d) as r:
+        ...     r.verify()
         []
         """
         problems = archive_problems(self._src)
