@@ -58,8 +58,13 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     return markdown
 
 
+# A doctest directive (`# doctest: +SKIP`) is for the test runner; the site leaves it out.
+_DIRECTIVE = re.compile(r"\s*# doctest:.*$")
+
+
 class _DoctestFences(Preprocessor):
-    """Fence bare ``>>>`` examples (docstrings keep them plain, for doctest) as pycon code."""
+    """Fence bare ``>>>`` examples (docstrings keep them plain, for doctest) as pycon code,
+    without their doctest directives."""
 
     def run(self, lines: list[str]) -> list[str]:
         out: list[str] = []
@@ -75,7 +80,7 @@ class _DoctestFences(Preprocessor):
             elif in_example and not stripped:
                 out += [f"{indent}```", ""]
                 in_example = False
-            out.append(line)
+            out.append(_DIRECTIVE.sub("", line) if in_example else line)
         if in_example:
             out += [f"{indent}```", ""]
         return out
