@@ -609,7 +609,8 @@ def report_chute(rows: dict[str, dict[str, Any]]) -> str:
         "",
         "| store | fetch CPU ms/MB | decode CPU ms/MB | CPU-bound ceiling vs plain files |",
         "|---|---:|---:|---:|",
-        f"| plain files (zarr LocalStore) | {files['fetch_ms_per_mb']:.2f} | {decode:.2f} | 1.00x |",
+        f"| plain files (zarr LocalStore) | {files['fetch_ms_per_mb']:.2f} | {decode:.2f} "
+        "| 1.00x |",
         f"| Icechunk (local filesystem storage) | {ice_fetch['fetch_ms_per_mb']:.2f} | "
         f"{ice_fetch['decode_ms_per_mb']:.2f} | {bound:.2f}x |",
     ]
