@@ -249,7 +249,7 @@ class Engine:
                 if data is not None and lock is not None:
                     assert self.shared is not None
                     loop = asyncio.get_running_loop()
-                    data = await loop.run_in_executor(None, self.shared.publish, slab.key, data)
+                    await loop.run_in_executor(None, self.shared.publish, slab.key, data)
         except asyncio.CancelledError:
             self.pool.fail(slab, asyncio.CancelledError())
             raise
