@@ -4,7 +4,7 @@ Every process on a host that opens the same archive (same store, variables, geom
 and chunk transforms) with the same ``cache_dir`` joins one directory,
 ``cache_dir/chute-<digest>/``. The first process to need a slab takes its lock, decodes
 it and publishes it as a file; the others wait for the file and map it, so each slab is
-decoded once per host and its pages sit once in the page cache.
+decoded once per host and the processes that did not decode it share its pages.
 
 Crash safety, in the order the steps happen:
 
