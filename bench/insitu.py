@@ -38,6 +38,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _charts import ratio_chart
+
 ROOT = Path(__file__).resolve().parent
 TINY = os.environ.get("CHUTE_BENCH_TINY") == "1"  # set by --tiny, seen by the workers too
 DATA = ROOT / "data" / ("insitu-tiny" if TINY else "insitu")
@@ -496,10 +499,23 @@ def main() -> None:
     new = chute_rows(url, max(1, args.reps))
     text = report_chute(new)
     print(text)
+    if not TINY:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "insitu-chute.md").write_text(text)
+        if args.plot:
+            runs = {k: v for k, v in new.items() if not k.startswith("fetch cost")}
+            ratio_chart(
+                RESULTS / "insitu-chute.png",
+                "chute alone: ratio to plain Zarr read by one process",
+                list(runs),
+                {
+                    "epoch 0 MB/s": [r["epoch0_mbps"] for r in runs.values()],
+                    "epoch 1 MB/s": [r["epoch1_mbps"] for r in runs.values()],
+                },
+                ours="",
+                baseline="plain Zarr, local",
+            )
     if args.only_new:
-        if not TINY:
-            RESULTS.mkdir(exist_ok=True)
-            (RESULTS / "insitu-chute.md").write_text(text)
         return
     peer_python()
     rows: dict[str, dict[str, Any]] = {}
@@ -684,18 +700,19 @@ def report(
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "insitu.md").write_text(text)
     if plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(9, 4))
         names = list(rows)
-        ax.barh(names, [rows[n]["epoch0_mbps"] for n in names], label="epoch 0")
-        ax.set_xlabel("MB/s (epoch 0)")
-        ax.invert_yaxis()
-        fig.tight_layout()
-        fig.savefig(RESULTS / "insitu.png", dpi=100)
+        ratio_chart(
+            RESULTS / "insitu.png",
+            "In-place Zarr, batch 32: ratio to the strongest peer",
+            names,
+            {
+                "epoch 0 MB/s": [rows[n]["epoch0_mbps"] for n in names],
+                "epoch 1 MB/s": [rows[n]["epoch1_mbps"] for n in names],
+                "first batch ms": [rows[n]["first_batch_ms"] for n in names],
+                "peak RSS MiB": [rows[n]["peak_rss_mb"] for n in names],
+            },
+            lower_is_better=("first batch ms", "peak RSS MiB"),
+        )
 
 
 if __name__ == "__main__":
