@@ -54,6 +54,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     script = f"`bench/{name}.py`"
     markdown += f"\n\n*Written by {script}; `make bench` reruns every benchmark.*\n"
     for chart in sorted(RESULTS.glob(f"{name}*.png")):  # store.png, store-small.png, ...
+        if chart.stem != name and (RESULTS / f"{chart.stem}.md").exists():
+            continue  # insitu-chute.png belongs to its own page, not to insitu's
         markdown += f"\n![{chart.stem} chart]({chart.name})\n"
     return markdown
 
