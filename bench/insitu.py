@@ -454,10 +454,10 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
     exe = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
     proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stderr=subprocess.DEVNULL)
     endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # its first answer loads moto's backends: slow under load
     while True:
         try:
-            urllib.request.urlopen(endpoint, timeout=1).close()
+            urllib.request.urlopen(endpoint, timeout=10).close()
             return proc, endpoint
         except OSError:
             if time.monotonic() > deadline:
