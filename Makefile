@@ -114,7 +114,7 @@ bench:
 	$(BENCH)/python bench/loader.py --plot
 	$(BENCH)/python bench/metrics.py --plot bench/results/metrics.png
 	$(BENCH)/python bench/insitu.py --s3 --plot
-	$(BENCH)/python bench/scale.py
+	$(BENCH)/python bench/scale.py --plot
 
 clean:
 	rm -rf $(VENV) $(VENV_TF) .venv-3.* .venv-bench build dist site src/*.egg-info src/chute/_native/*.so

@@ -18,8 +18,10 @@ def ratio_chart(
     metrics: Mapping[str, Sequence[float]],
     lower_is_better: Sequence[str] = (),
     ours: str = "chute",
+    baseline: str | None = None,
 ) -> None:
-    """Write ``path`` (PNG): a panel per metric, a bar per contender, ratio to the best peer."""
+    """Write ``path`` (PNG): a panel per metric, a bar per contender, ratio to the best peer
+    (or to the contender named ``baseline``, for a table of chute against itself)."""
     try:
         import matplotlib
 
@@ -30,11 +32,17 @@ def ratio_chart(
         return
     peers = [i for i, n in enumerate(names) if not n.startswith(ours)]
     fig, axes = plt.subplots(
-        1, len(metrics), figsize=(4.2 * len(metrics), 0.9 + 0.32 * len(names)), squeeze=False
+        1,
+        len(metrics),
+        figsize=(max(7.0, 4.2 * len(metrics)), 1.2 + 0.32 * len(names)),
+        squeeze=False,
     )
     for ax, (metric, values) in zip(axes[0], metrics.items(), strict=True):
         low = metric in lower_is_better
-        best = (min if low else max)(values[i] for i in peers)
+        if baseline is not None:
+            best = values[list(names).index(baseline)]
+        else:
+            best = (min if low else max)(values[i] for i in peers)
         ratios = [(best / v if low else v / best) if v > 0 else 0.0 for v in values]
         colors = ["tab:blue" if n.startswith(ours) else "tab:gray" for n in names]
         ax.barh(names, ratios, color=colors)
@@ -42,7 +50,8 @@ def ratio_chart(
         for y, r in enumerate(ratios):
             ax.text(r, y, f" {r:.2f}x", va="center", fontsize=7)
         ax.set_title(f"{metric}{' (lower is better)' if low else ''}", fontsize=9)
-        ax.set_xlabel("x the strongest peer (higher is better)", fontsize=8)
+        against = "the strongest peer" if baseline is None else baseline
+        ax.set_xlabel(f"x {against} (higher is better)", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.invert_yaxis()
         ax.set_xlim(0, max(ratios) * 1.25 or 1)

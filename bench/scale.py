@@ -26,6 +26,7 @@ import numpy as np
 import chute
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _charts import ratio_chart
 from store import structured, timed  # the store benchmark's workload and timer
 
 ROOT = Path(__file__).resolve().parent
@@ -34,7 +35,22 @@ RESULTS = ROOT / "results"
 MiB = 1 << 20
 
 
-def gather(images: np.ndarray, batches: int, batch: int, rounds: int) -> list[str]:
+def chart(plot: bool, part: str, title: str, mibs: dict[str, float], baseline: str | None) -> None:
+    """``bench/results/scale-<part>.png`` with ``--plot``: MiB/s as ratios (to the strongest
+    non-chute contender, or to ``baseline``)."""
+    if plot:
+        ratio_chart(
+            RESULTS / f"scale-{part}.png",
+            title,
+            list(mibs),
+            {"MiB/s": list(mibs.values())},
+            baseline=baseline,
+        )
+
+
+def gather(
+    images: np.ndarray, batches: int, batch: int, rounds: int, plot: bool = False
+) -> list[str]:
     """(a): the same random batches from one store and from 16 shards, interleaved rounds."""
     n = len(images)
     one = chute.write_dataset(DATA / "one", images, progress=False, overwrite=True)
@@ -63,15 +79,22 @@ def gather(images: np.ndarray, batches: int, batch: int, rounds: int) -> list[st
         "|---|---:|---:|---:|",
     ]
     for name, t in times.items():
-        lines.append(
-            f"| {name} | {mib / t:.0f} | {t / batches * 1e3:.2f} ms | {base / t:.2f}x |"
-        )
+        lines.append(f"| {name} | {mib / t:.0f} | {t / batches * 1e3:.2f} ms | {base / t:.2f}x |")
     one.close()
     many.close()
+    chart(
+        plot,
+        "gather",
+        "Gather, 16 shards: ratio to one store",
+        {name: mib / t for name, t in times.items()},
+        "one store",
+    )
     return lines
 
 
-def ray_part(images: np.ndarray, workers: int, rounds: int, batch: int) -> list[str]:
+def ray_part(
+    images: np.ndarray, workers: int, rounds: int, batch: int, plot: bool = False
+) -> list[str]:
     """(b) and (c) on a local Ray of ``workers`` CPUs."""
     import ray
     import ray.data
@@ -132,6 +155,13 @@ def ray_part(images: np.ndarray, workers: int, rounds: int, batch: int) -> list[
         ]
         for name, t in wtimes.items():
             lines.append(f"| {name} | {mib / t:.0f} | {t:.2f} s | {base / t:.2f}x |")
+        chart(
+            plot,
+            "write",
+            "Conversion: ratio to Ray's write_parquet",
+            {name: mib / t for name, t in wtimes.items()},
+            None,
+        )
 
         def read_chute() -> None:
             for _ in chute.ray.read_dataset(DATA / "ray").iter_batches(batch_size=batch):
@@ -157,6 +187,13 @@ def ray_part(images: np.ndarray, workers: int, rounds: int, batch: int) -> list[
         ]
         for name, t in rtimes.items():
             lines.append(f"| {name} | {mib / t:.0f} | {n / t:.0f} | {base / t:.2f}x |")
+        chart(
+            plot,
+            "read",
+            "Reading on Ray: ratio to read_parquet",
+            {name: mib / t for name, t in rtimes.items()},
+            None,
+        )
         return lines
     finally:
         ray.shutdown()
@@ -171,6 +208,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2, help="local Ray CPUs for (b) and (c)")
     p.add_argument("--no-ray", action="store_true", help="only (a)")
     p.add_argument("--out", type=Path, default=RESULTS / "scale.md")
+    p.add_argument("--plot", action="store_true", help="also write bench/results/scale-*.png")
     args = p.parse_args()
     DATA.mkdir(parents=True, exist_ok=True)
     images = structured(args.records)
@@ -181,9 +219,9 @@ def main() -> None:
         f"{cores} cores, Python {sys.version.split()[0]}. Ratios are within one run.",
         "",
     ]
-    lines += gather(images, args.batches, args.batch, args.rounds)
+    lines += gather(images, args.batches, args.batch, args.rounds, args.plot)
     if not args.no_ray:
-        lines += ray_part(images, args.workers, args.rounds, args.batch)
+        lines += ray_part(images, args.workers, args.rounds, args.batch, args.plot)
     text = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

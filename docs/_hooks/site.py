@@ -54,12 +54,19 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     script = f"`bench/{name}.py`"
     markdown += f"\n\n*Written by {script}; `make bench` reruns every benchmark.*\n"
     for chart in sorted(RESULTS.glob(f"{name}*.png")):  # store.png, store-small.png, ...
+        if chart.stem != name and (RESULTS / f"{chart.stem}.md").exists():
+            continue  # insitu-chute.png belongs to its own page, not to insitu's
         markdown += f"\n![{chart.stem} chart]({chart.name})\n"
     return markdown
 
 
+# A doctest directive (`# doctest: +SKIP`) is for the test runner; the site leaves it out.
+_DIRECTIVE = re.compile(r"\s*# doctest:.*$")
+
+
 class _DoctestFences(Preprocessor):
-    """Fence bare ``>>>`` examples (docstrings keep them plain, for doctest) as pycon code."""
+    """Fence bare ``>>>`` examples (docstrings keep them plain, for doctest) as pycon code,
+    without their doctest directives."""
 
     def run(self, lines: list[str]) -> list[str]:
         out: list[str] = []
@@ -75,7 +82,7 @@ class _DoctestFences(Preprocessor):
             elif in_example and not stripped:
                 out += [f"{indent}```", ""]
                 in_example = False
-            out.append(line)
+            out.append(_DIRECTIVE.sub("", line) if in_example else line)
         if in_example:
             out += [f"{indent}```", ""]
         return out

@@ -111,6 +111,16 @@ class Dataset(StoreView):
     ``ds[i]``, ``ds[-1]``, ``ds[a:b:s]``, ``ds[[i, j]]``, ``ds[index_array]`` (any shape)
     and ``ds[bool_mask]`` return numpy arrays; every form is one native gather across cores.
     ``verify=True`` checks each returned record against its CRC-32C.
+
+    >>> import tempfile, numpy as np
+    >>> from chute import Dataset, write_dataset
+    >>> path = tempfile.mkdtemp() + "/x.zr"
+    >>> write_dataset(path, np.arange(12, dtype=np.float32).reshape(4, 3)).close()
+    >>> with Dataset(path) as ds:
+    ...     print(ds.shape, ds.dtype)
+    ...     print(ds[-1].tolist(), ds[[2, 0]].tolist())
+    (4, 3) float32
+    [9.0, 10.0, 11.0] [[6.0, 7.0, 8.0], [0.0, 1.0, 2.0]]
     """
 
     _ragged = False

@@ -102,7 +102,23 @@ class StoreClosedError(StoreError, ValueError):
 
 class StoreChangedError(StoreError):
     """A delete, compaction or reset changed the store since this reader opened it (or
-    while it read): the records it would return may be gone or moved. Reopen the store."""
+    while it read): the records it would return may be gone or moved. Reopen the store.
+
+    >>> import tempfile, chute
+    >>> path = tempfile.mkdtemp() + "/s.zr"
+    >>> with chute.RecordStore(path, mode="w") as writer:
+    ...     _ = writer.append([b"a", b"b", b"c"])
+    >>> reader = chute.RecordStore(path)
+    >>> with chute.RecordStore(path, mode="a") as writer:
+    ...     writer.delete([0])  # record 2 moves into slot 0
+    >>> try:
+    ...     reader.gather_packed([0])
+    ... except chute.StoreChangedError:
+    ...     reader.close(); reader = chute.RecordStore(path)  # reopen: the new state
+    >>> reader.gather_packed([0])[0].tobytes(), len(reader)
+    (b'c', 2)
+    >>> reader.close()
+    """
 
 
 class CorruptStoreError(StoreError):
@@ -145,17 +161,48 @@ class ChecksumError(CorruptStoreError):
 
 
 class IncompleteDatasetError(CorruptStoreError):
-    """A sharded dataset whose write has not finished: shards on disk but no manifest yet."""
+    """A sharded dataset whose write has not finished: shards on disk but no manifest yet.
+
+    >>> import os, tempfile, numpy as np, chute
+    >>> path = tempfile.mkdtemp() + "/big"
+    >>> chute.write_dataset(path, np.arange(10), shard_records=4).close()
+    >>> os.remove(path + "/dataset.json")  # as if the writer died before committing
+    >>> try:
+    ...     chute.Dataset(path)
+    ... except chute.IncompleteDatasetError as e:
+    ...     print(str(e).split(": ", 1)[1])
+    its write did not finish (write it again with overwrite=True)
+    """
 
 
 class StoreKindError(StoreError, ValueError):
     """The store holds the other kind of records: fixed-shape for `RaggedDataset`, or
-    variable-length for `Dataset` (a ValueError, as in loaderx)."""
+    variable-length for `Dataset` (a ValueError, as in loaderx).
+
+    >>> import tempfile, numpy as np, chute
+    >>> path = tempfile.mkdtemp() + "/tokens.zr"
+    >>> chute.write_ragged(path, [np.arange(3), np.arange(5)]).close()
+    >>> try:
+    ...     chute.Dataset(path)
+    ... except chute.StoreKindError as e:
+    ...     print(str(e).split(": ")[-1])
+    open it with RaggedDataset
+    """
 
 
 class SchemaMismatchError(StoreError, ValueError):
     """Records to append differ from the store's schema.json in dtype or record shape (a
-    ValueError, as in loaderx)."""
+    ValueError, as in loaderx).
+
+    >>> import tempfile, numpy as np, chute
+    >>> path = tempfile.mkdtemp() + "/x.zr"
+    >>> chute.write_dataset(path, np.zeros((4, 3), np.float32)).close()
+    >>> try:
+    ...     chute.write_dataset(path, np.zeros((2, 5), np.float32), mode="a")
+    ... except chute.SchemaMismatchError as e:
+    ...     print(str(e).split("; ")[-1])
+    cannot append float32 records of shape (5,)
+    """
 
 
 class OutBufferError(ChuteError, ValueError, TypeError):
@@ -176,7 +223,17 @@ class OutBufferError(ChuteError, ValueError, TypeError):
 
 class RecordIndexError(ChuteError, IndexError, RuntimeError):
     """A record index outside the dataset. An IndexError, as in numpy; also a RuntimeError,
-    which is what loaderx raises for it, so code catching either keeps working."""
+    which is what loaderx raises for it, so code catching either keeps working.
+
+    >>> import tempfile, numpy as np, chute
+    >>> ds = chute.write_dataset(tempfile.mkdtemp() + "/x.zr", np.arange(4))
+    >>> try:
+    ...     ds[[0, 4]]
+    ... except IndexError as e:
+    ...     print(type(e).__name__, e)
+    RecordIndexError index 4 is out of range for a dataset of 4 records
+    >>> ds.close()
+    """
 
 
 class RunLockedError(ChuteError, RuntimeError):
@@ -195,25 +252,85 @@ class RunLockedError(ChuteError, RuntimeError):
 
 
 class RunHasStepsError(ChuteError, FileExistsError):
-    """A metric writer was opened without `step=` on a run that already holds steps."""
+    """A metric writer was opened without `step=` on a run that already holds steps.
+
+    >>> import tempfile
+    >>> from chute.metrics import DirectWriter, RunHasStepsError
+    >>> run = tempfile.mkdtemp()
+    >>> with DirectWriter(run) as w:
+    ...     w.write(loss=0.5); w.end_step()
+    >>> try:
+    ...     DirectWriter(run)  # resume or restart? the writer will not guess
+    ... except RunHasStepsError as e:
+    ...     print(str(e).split("; ")[1])
+    pass step=1 to resume after them, or step=0 to start over (which deletes them)
+    >>> DirectWriter(run, step=1).close()
+    """
 
 
 class RunFinalizedError(ChuteError, FileExistsError, RuntimeError):
-    """A finalized run (`metrics.plattli`) was reopened without `allow_resume_finalized=True`."""
+    """A finalized run (`metrics.plattli`) was reopened without `allow_resume_finalized=True`.
+
+    >>> import tempfile
+    >>> from chute.metrics import DirectWriter, RunFinalizedError
+    >>> run = tempfile.mkdtemp()
+    >>> w = DirectWriter(run); w.write(loss=0.5); w.end_step(); w.finish()
+    >>> try:
+    ...     DirectWriter(run, step=1)
+    ... except RunFinalizedError:
+    ...     w = DirectWriter(run, step=1, allow_resume_finalized=True)  # on purpose
+    >>> w.step
+    1
+    >>> w.close()
+    """
 
 
 class MetricWrittenTwiceError(ChuteError, ValueError, RuntimeError):
-    """A metric was written twice in one step."""
+    """A metric was written twice in one step.
+
+    >>> import tempfile
+    >>> from chute.metrics import DirectWriter, MetricWrittenTwiceError
+    >>> with DirectWriter(tempfile.mkdtemp()) as w:
+    ...     w.write(loss=0.5)
+    ...     try:
+    ...         w.write(loss=0.4)  # forgot end_step()
+    ...     except MetricWrittenTwiceError as e:
+    ...         print(e)
+    metric 'loss' was already written at step 0
+    """
 
 
 class StepOrderError(ChuteError, ValueError):
-    """A metric writer's step was moved back over steps it already wrote."""
+    """A metric writer's step was moved back over steps it already wrote.
+
+    >>> import tempfile
+    >>> from chute.metrics import DirectWriter, StepOrderError
+    >>> with DirectWriter(tempfile.mkdtemp()) as w:
+    ...     for loss in (0.9, 0.7, 0.6):
+    ...         w.write(loss=loss); w.end_step()
+    ...     try:
+    ...         w.step = 1
+    ...     except StepOrderError as e:
+    ...         print(str(e).split("; ")[0])
+    cannot move the step back to 1: step 2 is already written
+    """
 
 
 class CorruptRunError(ChuteError, ValueError):
     """A metric run's files contradict the format (a bad line, a member whose CRC-32 differs).
 
     ``path`` names the damaged file; ``line`` is its 1-based line number where one applies.
+
+    >>> import os, tempfile
+    >>> from chute.metrics import CorruptRunError, Reader
+    >>> run = tempfile.mkdtemp()
+    >>> with open(os.path.join(run, "metrics.plattli"), "wb") as f:
+    ...     _ = f.write(b"not a zip")  # a damaged archive
+    >>> try:
+    ...     Reader(run)
+    ... except CorruptRunError as e:
+    ...     print(os.path.basename(e.path))
+    metrics.plattli
     """
 
     def __init__(self, message: str, path: str | None = None, line: int | None = None) -> None:
@@ -223,7 +340,21 @@ class CorruptRunError(ChuteError, ValueError):
 
 
 class RunFileMissingError(CorruptRunError, FileNotFoundError):
-    """A file the run's manifest names (or the manifest of an archive) is absent."""
+    """A file the run's manifest names (or the manifest of an archive) is absent.
+
+    >>> import os, tempfile
+    >>> from chute.metrics import DirectWriter, Reader, RunFileMissingError
+    >>> run = tempfile.mkdtemp()
+    >>> with DirectWriter(run) as w:
+    ...     w.write(loss=0.5); w.end_step()
+    >>> os.remove(os.path.join(run, "plattli", "loss.f64"))
+    >>> with Reader(run) as r:
+    ...     try:
+    ...         r.metric("loss")
+    ...     except RunFileMissingError as e:
+    ...         print(str(e).split(" is missing ")[1])
+    but the manifest lists metric 'loss'; the run is damaged
+    """
 
 
 class WriterClosedError(ChuteError, RuntimeError):
@@ -261,13 +392,48 @@ class BadChunkError(ChuteError, RuntimeError):
 
 class NarrowingError(ChuteError, ValueError):
     """A value does not fit the narrower dtype a framework would hold it in (JAX with
-    64-bit types off)."""
+    64-bit types off).
+
+    >>> import numpy as np
+    >>> from chute.errors import NarrowingError
+    >>> from chute.frameworks import to_jax
+    >>> try:
+    ...     to_jax({"ids": np.array([2**40])})  # int64 that int32 cannot hold
+    ... except NarrowingError as e:
+    ...     print(str(e).split(", which")[0])
+    int64 values in [1099511627776, 1099511627776] do not fit int32
+    """
 
 
 class PlotError(ChuteError, ValueError):
     """A curve cannot be drawn as asked: a text metric, a missing metric or x axis, an x
-    that does not increase, a smoothing factor out of range, or an unwritable image type."""
+    that does not increase, a smoothing factor out of range, or an unwritable image type.
+
+    The command line reports it as a message and exit status 1:
+
+    >>> import contextlib, sys, tempfile
+    >>> from chute import cli
+    >>> from chute.metrics import DirectWriter
+    >>> run = tempfile.mkdtemp()
+    >>> with DirectWriter(run) as w:
+    ...     w.write(note="warmup"); w.end_step()
+    >>> with contextlib.redirect_stderr(sys.stdout):
+    ...     code = cli.main(["metrics", "plot", run, "note", "-o", run + "/note.png"])
+    chute metrics plot: metric 'note' of run '...' holds text, not numbers; it cannot be plotted
+    >>> code
+    1
+    """
 
 
 class RunNotFoundError(ChuteError, FileNotFoundError):
-    """No metric run, and no folder to search for runs, at the given path."""
+    """No metric run, and no folder to search for runs, at the given path.
+
+    >>> import tempfile
+    >>> from chute.errors import RunNotFoundError
+    >>> from chute.metrics.dashboard import create_app
+    >>> try:
+    ...     create_app([tempfile.mkdtemp() + "/typo"])
+    ... except RunNotFoundError as e:
+    ...     print(str(e).split(":")[0])
+    no such run or folder
+    """

@@ -85,6 +85,13 @@ def write_ragged(
     at a time in a process pool (see `chute.datasets`); ``mode="a"`` on a sharded dataset
     appends to it (`chute.append_ragged`).
     ``progress`` shows a bar in MiB; by default once more than 256 MiB were written.
+
+    >>> import tempfile, numpy as np
+    >>> tokens = [np.array([5, 6, 7]), np.array([8]), np.array([9, 10])]
+    >>> ds = write_ragged(tempfile.mkdtemp() + "/tokens.zr", tokens, dtype=np.int32)
+    >>> len(ds), ds[0].tolist(), ds.dtype
+    (3, [5, 6, 7], dtype('int32'))
+    >>> ds.close()
     """
     path = Path(path)
     want_dtype = None if dtype is None else np.dtype(dtype)
@@ -190,6 +197,11 @@ def pad(
 
     ``max_len`` defaults to the longest record; a record longer than ``max_len`` is an error,
     never silently cut.
+
+    >>> import numpy as np
+    >>> padded, lengths = pad(np.array([5, 6, 7, 8, 9]), [0, 3, 4, 5], max_len=4, pad_value=-1)
+    >>> padded.tolist(), lengths.tolist()
+    ([[5, 6, 7, -1], [8, -1, -1, -1], [9, -1, -1, -1]], [3, 1, 1])
     """
     values = np.asarray(values)
     splits = np.asarray(row_splits)
@@ -216,6 +228,18 @@ class RaggedDataset(StoreView):
     ``ds[i]`` is record i, ``(rows, *item_shape)``; ``ds[indices]``, ``ds[a:b]`` and
     ``__getitems__`` return a packed batch ``(values, row_splits)`` from one native gather.
     It is a loader stream as it is: ``DataLoader({"tokens": ds, ...}, transform=collate)``.
+
+    >>> import tempfile, numpy as np
+    >>> from chute import RaggedDataset, write_ragged
+    >>> path = tempfile.mkdtemp() + "/tokens.zr"
+    >>> write_ragged(path, [np.arange(3), np.arange(1), np.arange(2)]).close()
+    >>> ds = RaggedDataset(path)
+    >>> values, row_splits = ds[[0, 2]]  # a packed batch
+    >>> values.tolist(), row_splits.tolist(), ds.lengths([0, 1, 2]).tolist()
+    ([0, 1, 2, 0, 1], [0, 3, 5], [3, 1, 2])
+    >>> ds.getitems_padded([1, 2])[0].tolist()  # or padded, in one native call
+    [[0, 0], [0, 1]]
+    >>> ds.close()
     """
 
     _ragged = True

@@ -63,6 +63,19 @@ class SamplerLike(Protocol):
     return positions ``start:stop`` of the batch as a uint64 array. ``step`` and ``seek`` move
     the sampler. An optional ``fingerprint()`` (a JSON-able value) goes into the loader's
     state, so a resume with a different configuration is refused.
+
+    Any object with these members will do; it need not derive from anything:
+
+    >>> import numpy as np
+    >>> from chute import DataLoader
+    >>> class HardExamples:  # always the same two records
+    ...     length, batch_size, step = 10, 2, 0
+    ...     def seek(self, step): self.step = step
+    ...     def indices(self, step, start=0, stop=None):
+    ...         return np.array([7, 3], np.uint64)[start:stop]
+    >>> with DataLoader({"x": np.arange(10) * 10}, sampler=HardExamples()) as loader:
+    ...     next(loader)["x"].tolist(), loader.step
+    ([70, 30], 1)
     """
 
     @property
@@ -87,6 +100,17 @@ class StepSampler(ABC):
     A subclass implements `fill` (write positions ``start:start + len(out)`` of the batch at
     ``step`` into ``out``); slicing, seeking and iteration come from here. The sampler is an
     endless iterator starting at `step`.
+
+    >>> import numpy as np
+    >>> class Backwards(StepSampler):  # a sliding window from the end
+    ...     def fill(self, step, start, out):
+    ...         first = step * self.batch_size + start
+    ...         out[:] = (self.length - 1 - first - np.arange(len(out))) % self.length
+    >>> s = Backwards(length=5, batch_size=2)
+    >>> next(s).tolist(), next(s).tolist(), s.step
+    ([4, 3], [2, 1], 2)
+    >>> s.indices(2).tolist(), s.indices(2, start=1).tolist()  # any step, any slice
+    ([0, 4], [4])
     """
 
     length: int

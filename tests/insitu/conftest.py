@@ -90,10 +90,10 @@ def s3_server() -> Iterator[str]:
     )
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # its first answer loads moto's backends: slow under load
         while True:
             try:
-                urllib.request.urlopen(endpoint, timeout=1).close()
+                urllib.request.urlopen(endpoint, timeout=10).close()
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:

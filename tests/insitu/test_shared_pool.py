@@ -253,3 +253,31 @@ def test_cache_dir_must_exist(archive: Path, tmp_path: Path) -> None:
     m = split_by_chunk(open_geometries(archive)["x"])
     with pytest.raises(FileNotFoundError, match="cache_dir"):
         InSituDataset(archive, m, cache_dir=tmp_path / "absent")
+
+
+@pytest.mark.parametrize("junk", [b"", b"\x00" * 7, b"not a count at all"])
+def test_a_torn_usage_count_is_recounted_within_the_budget(
+    archive: Path, tmp_path: Path, junk: bytes
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    geoms = open_geometries(archive)
+    m = split_by_chunk(geoms["x"])
+    budget = 12 * (geoms["x"].slab_nbytes + geoms["y"].slab_nbytes)
+    with InSituDataset(
+        archive, m, batch_size=4, block_chunks=2, cache_dir=cache, cache_budget_bytes=budget
+    ) as ds:
+        (pool,) = os.listdir(cache)
+        list(ds.all)
+        usage = cache / pool / "usage"
+        assert usage.exists()
+        usage.write_bytes(junk)  # as a crash mid-write could leave it
+        with InSituDataset(
+            archive, m, batch_size=4, block_chunks=2, cache_dir=cache, cache_budget_bytes=budget
+        ) as second:
+            second.set_epoch(1)  # another order: slabs that were evicted are published again
+            for b in second.train:
+                np.testing.assert_array_equal(b["x"], x_values(b["sample_indices"]))
+                assert on_disk(cache / pool) <= budget
+            assert second.stats()["decodes"] > 0
+        assert any(f.endswith(".slab") for f in os.listdir(cache / pool))

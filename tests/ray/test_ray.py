@@ -79,9 +79,7 @@ def test_convert_and_read_back_through_chute_and_ray(local_ray: None, tmp_path: 
     assert set(batches[0]) == {"label"}
 
 
-def test_a_retried_task_leaves_no_duplicate_or_half_shard(
-    local_ray: None, tmp_path: Path
-) -> None:
+def test_a_retried_task_leaves_no_duplicate_or_half_shard(local_ray: None, tmp_path: Path) -> None:
     from chute.ray._sink import ChuteDatasink
 
     flag = tmp_path / "failed-once"
@@ -128,3 +126,20 @@ def test_bad_conversions(local_ray: None, tmp_path: Path) -> None:
     with pytest.raises(chute.IncompleteDatasetError):
         (tmp_path / "a" / "columns.json").unlink()
         chute.ray.open_columns(tmp_path / "a")
+
+
+def test_a_ragged_column_whose_blocks_come_as_arrays_of_different_widths(
+    local_ray: None, tmp_path: Path
+) -> None:
+    # Ray's own blocking: a block of equal-length rows reaches the sink as one 2-D array,
+    # so blocks of a ragged column can be fixed-shape arrays of different widths.
+    rows = [{"tokens": np.arange(i // 10 + 1, dtype=np.int64)} for i in range(100)]
+    written = chute.ray.write_dataset(
+        ray.data.from_items(rows), tmp_path / "r", ragged=["tokens"], rows_per_shard=30
+    )
+    values, splits = written["tokens"][:]
+    assert len(splits) == 101
+    for i in range(100):
+        assert np.array_equal(values[splits[i] : splits[i + 1]], rows[i]["tokens"])
+    with pytest.raises(TypeError, match="ragged="):  # not named ragged: said so, not a numpy error
+        chute.ray.write_dataset(ray.data.from_items(rows), tmp_path / "f", rows_per_shard=30)

@@ -59,7 +59,15 @@ def shard_dirs(path: Path) -> list[Path]:
 
 
 def is_sharded(path: str | os.PathLike[str]) -> bool:
-    """True for a sharded dataset, finished (a manifest) or not (shards and no store)."""
+    """True for a sharded dataset, finished (a manifest) or not (shards and no store).
+
+    >>> import tempfile, numpy as np, chute
+    >>> d = tempfile.mkdtemp()
+    >>> chute.write_dataset(d + "/one.zr", np.arange(10)).close()
+    >>> chute.write_dataset(d + "/many", np.arange(10), shard_records=4).close()
+    >>> is_sharded(d + "/one.zr"), is_sharded(d + "/many")
+    (False, True)
+    """
     path = Path(path)
     if (path / MANIFEST_FILE).exists():
         return True
@@ -68,7 +76,17 @@ def is_sharded(path: str | os.PathLike[str]) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
-    """The parsed dataset.json: the schema, the shard cap, and each shard's name and length."""
+    """The parsed dataset.json: the schema, the shard cap, and each shard's name and length.
+
+    >>> import tempfile, numpy as np, chute
+    >>> path = tempfile.mkdtemp() + "/many"
+    >>> chute.write_dataset(path, np.arange(10), shard_records=4).close()
+    >>> m = read_manifest(path)
+    >>> m.records, m.shard_records, m.shards[-1]
+    (10, 4, ('part-00002.zr', 2))
+    >>> m.starts().tolist()  # global index of each shard's first record, then the total
+    [0, 4, 8, 10]
+    """
 
     schema: dict[str, Any]
     shard_records: int
@@ -111,7 +129,15 @@ def write_manifest(path: Path, manifest: Manifest) -> None:
 
 
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
-    """Load and check dataset.json; a missing one beside shards is an unfinished write."""
+    """Load and check dataset.json; a missing one beside shards is an unfinished write.
+
+    >>> import tempfile, numpy as np, chute
+    >>> path = tempfile.mkdtemp() + "/many"
+    >>> chute.write_dataset(path, np.zeros((10, 3), np.float32), shard_records=5).close()
+    >>> m = read_manifest(path)
+    >>> [name for name, _ in m.shards], m.schema["dtype"], m.schema["shape"]
+    (['part-00000.zr', 'part-00001.zr'], dtype('float32'), (3,))
+    """
     path = Path(path)
     file = path / MANIFEST_FILE
     try:

@@ -157,6 +157,19 @@ class DeviceLoader(Closing):
     ``load_state_dict`` / ``seek`` resume exactly there, whatever is in flight. A gather or
     copy error is raised by the ``next()`` that would have returned that batch; the next
     ``next()`` retries it. Closing it closes the loader.
+
+    >>> import numpy as np, chute
+    >>> from chute.frameworks import to_device
+    >>> def make():
+    ...     return chute.DataLoader({"x": np.arange(10)}, batch_size=2, sampler="sequential")
+    >>> with to_device(make(), "cpu") as dev:  # "cuda:0" on a GPU
+    ...     print(next(dev)["x"].tolist(), dev.step)
+    ...     state = dev.state_dict()  # where the next batch is, not where the copies are
+    [0, 1] 1
+    >>> with to_device(make(), "cpu") as dev:
+    ...     dev.load_state_dict(state)
+    ...     print(next(dev)["x"].tolist())
+    [2, 3]
     """
 
     def __init__(self, loader: Any, mover: Mover, depth: int = 2) -> None:
@@ -236,6 +249,15 @@ class DeviceView:
     ``state_dict`` is the dataset's with this view's position at the batches delivered (not
     those in flight), so a resumed pass continues exactly after the last batch you got. An
     error ends the pass, after the batches before it were delivered.
+
+    Any iterable of batches works; an insitu ``ds.train`` view also resumes.
+
+    >>> import numpy as np
+    >>> from chute.frameworks import to_device
+    >>> batches = [{"x": np.arange(3)}, {"x": np.arange(3, 5)}]
+    >>> view = to_device(batches, "cpu")  # a DeviceView: one pass per iter()
+    >>> [(b["x"].tolist(), str(b["x"].device)) for b in view]
+    [([0, 1, 2], 'cpu'), ([3, 4], 'cpu')]
     """
 
     def __init__(self, source: Iterable[Any], mover: Mover, depth: int = 2) -> None:

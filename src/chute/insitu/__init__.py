@@ -6,11 +6,12 @@ event loop under one read budget, and share one decoded-chunk pool between split
 
 from chute.errors import BadChunkError
 
-from ._dataset import InSituConfig, InSituDataset, SplitView
+from ._dataset import InSituDataset
 from ._geometry import ArrayGeometry, open_geometries, valid_anchor_range
 from ._pool import ChunkPool, PoolStats
 from ._split import SplitManifest, split_by_chunk
 from ._transforms import Batch, BatchTransform, ChunkTransform, StandardScaler
+from ._view import InSituConfig, SplitView
 
 __all__ = [
     "ArrayGeometry",

@@ -11,8 +11,8 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Generator, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import asdict, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -31,9 +31,8 @@ from ._split import SplitManifest
 from ._state import STATE_VERSION, check_state, order_fields
 from ._store import CountingStore, StoreLike, open_store, session_of, store_name
 from ._transforms import Batch, BatchTransform, ChunkTransform
+from ._view import VIEWS, InSituConfig, PassIterator, SplitView, next_item
 
-ViewName = Literal["train", "val", "test", "all"]
-VIEWS: tuple[ViewName, ...] = ("train", "val", "test", "all")
 REMOTE_INFLIGHT_BYTES = 64 << 20  # bytes in flight that hide object-store latency
 _BATCHES_HELD = 3  # beyond the queue: one being gathered, one in the pass, one consumed
 
@@ -50,59 +49,6 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-@dataclass(frozen=True)
-class InSituConfig:
-    """The resolved settings of a dataset (defaults filled in from the machine and data)."""
-
-    batch_size: int
-    block_chunks: int
-    max_inflight: int
-    decode_threads: int
-    prefetch_depth: int
-    cache_budget_bytes: int
-    budget_is_automatic: bool
-    seed: int
-    shuffle: bool
-    shard: tuple[int, int] | None
-    on_bad_chunk: Literal["raise", "skip"]
-    cache_dir: str | None
-
-
-class SplitView:
-    """One split of a dataset; iterating it runs one pass (an epoch for ``train``)."""
-
-    def __init__(self, dataset: InSituDataset, name: ViewName) -> None:
-        self._dataset = dataset
-        self.name = name
-
-    def __iter__(self) -> Iterator[Batch]:
-        """Start a pass. A second ``iter()`` while a pass of this view is still open (not
-        exhausted nor closed) raises ``RuntimeError``: two iterators over one pass would
-        hand out the same batches twice."""
-        return self._dataset._start(self.name)
-
-    @property
-    def dataset(self) -> InSituDataset:
-        """The dataset this view belongs to."""
-        return self._dataset
-
-    def __len__(self) -> int:
-        """Batches in the current epoch's pass (including any already consumed)."""
-        return self._dataset._plan(self.name).n_batches
-
-    @property
-    def n_samples(self) -> int:
-        return len(self._dataset._plan(self.name).order)
-
-    @property
-    def position(self) -> int:
-        """Batches of this epoch's pass handed out so far (what ``state_dict`` records)."""
-        return self._dataset._positions[self.name]
-
-    def __repr__(self) -> str:
-        return f"SplitView({self.name!r}, batches={len(self)})"
-
-
 class InSituDataset:
     """Shuffled, split-aware batches read in place from a Zarr archive or Icechunk session.
 
@@ -115,6 +61,25 @@ class InSituDataset:
     ``cache_budget_bytes`` are derived from the core count, the chunk size and the
     budget; ``describe()`` shows what was chosen and what it costs. An unknown keyword
     is a ``TypeError`` naming the nearest valid one, raised before anything is read.
+
+    >>> import tempfile, numpy as np, zarr
+    >>> path = tempfile.mkdtemp() + "/weather.zarr"  # 40 samples in chunks of 10
+    >>> t2m = zarr.open_group(path, mode="w").create_array("t2m", shape=(40, 2), chunks=(10, 2),
+    ...                                                     dtype="f4")
+    >>> t2m[:] = np.arange(80).reshape(40, 2)
+    >>> from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+    >>> manifest = split_by_chunk(open_geometries(path)["t2m"], (0.5, 0.25, 0.25))
+    >>> ds = InSituDataset(path, manifest, batch_size=8, seed=0)
+    >>> for epoch in range(2):
+    ...     ds.set_epoch(epoch)  # reshuffles train
+    ...     seen = np.concatenate([batch.sample_indices for batch in ds.train])
+    ...     print(sorted(seen.tolist()) == list(range(20)), len(seen))
+    True 20
+    True 20
+    >>> batch = next(iter(ds.val))  # in order, no shuffle
+    >>> batch["t2m"].shape, batch.sample_indices[:3].tolist()
+    ((8, 2), [20, 21, 22])
+    >>> ds.close()
     """
 
     def __init__(
@@ -183,7 +148,7 @@ class InSituDataset:
                 block_chunks = max(1, min(block_chunks, cache_budget_bytes // (2 * block_bytes)))
         self._epoch = 0
         self._positions: dict[str, int] = dict.fromkeys(VIEWS, 0)
-        self._open: weakref.WeakValueDictionary[str, _Pass] = weakref.WeakValueDictionary()
+        self._open: weakref.WeakValueDictionary[str, PassIterator] = weakref.WeakValueDictionary()
         self._opening = threading.Lock()
         self._plans: dict[tuple[str, int], PassPlan] = {}
         self._consumer_wait = 0.0
@@ -412,7 +377,7 @@ class InSituDataset:
             ahead = math.ceil(window / self.config.batch_size) + 1
         return working_set(list(plan.uses.values()), plan.n_batches, ahead)
 
-    def _start(self, view: str) -> _Pass:
+    def _start(self, view: str) -> PassIterator:
         if self._engine.closed:
             raise RuntimeError("this InSituDataset is closed")
         with self._opening:  # two threads starting the same view: one of them raises
@@ -423,7 +388,7 @@ class InSituDataset:
                     "pass, or close() its iterator, then iterate again to continue after its "
                     "last batch"
                 )
-            it = _Pass(self, view)
+            it = PassIterator(self, view)
             self._open[view] = it
             return it
 
@@ -443,7 +408,7 @@ class InSituDataset:
         try:
             while True:
                 waited = time.perf_counter()
-                item = _next(out, future)
+                item = next_item(out, future)
                 self._consumer_wait += time.perf_counter() - waited
                 if item is END:
                     break
@@ -579,20 +544,6 @@ def _default_block_chunks(cores: int, max_inflight: int, batch_size: int, chunk:
     return max(4 * cores, math.ceil(max_inflight / 2), 2 * math.ceil(batch_size / chunk))
 
 
-def _next(out: queue.Queue[Any], future: Any) -> Any:
-    """The next queue item, surfacing a crash of the producer instead of hanging."""
-    while True:
-        try:
-            return out.get(timeout=0.2)
-        except queue.Empty:
-            if future.done():
-                try:
-                    return out.get_nowait()
-                except queue.Empty:
-                    future.result()
-                    return END
-
-
 def _as_manifest(
     manifest: SplitManifest | Mapping[str, Any] | str | os.PathLike[str],
 ) -> SplitManifest:
@@ -601,32 +552,3 @@ def _as_manifest(
     if isinstance(manifest, Mapping):
         return SplitManifest.from_dict(dict(manifest))
     return SplitManifest.from_json(manifest)
-
-
-class _Pass:
-    """The iterator of one pass over a view; the view is free again once it is exhausted,
-    fails, is closed, or is garbage collected."""
-
-    def __init__(self, dataset: InSituDataset, view: str) -> None:
-        self._dataset = dataset
-        self.view = view
-        self._batches = dataset._iterate(view)
-
-    def __iter__(self) -> _Pass:
-        return self
-
-    def __next__(self) -> Batch:
-        try:
-            return next(self._batches)
-        except BaseException:
-            self._release()
-            raise
-
-    def close(self) -> None:
-        """End the pass early; the next iteration of the view continues after its batches."""
-        self._batches.close()
-        self._release()
-
-    def _release(self) -> None:
-        if self._dataset._open.get(self.view) is self:
-            del self._dataset._open[self.view]

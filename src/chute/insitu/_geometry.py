@@ -209,6 +209,15 @@ def open_geometries(
     ``url`` is a group (every array with a ``sample_axis``, or just ``variables``) or a
     single array, named after the last part of its path (``"store.zarr/t2m"`` gives
     ``{"t2m": ...}``). Zarr v2 arrays are read too. Only metadata is read.
+
+    >>> import tempfile, zarr
+    >>> path = tempfile.mkdtemp() + "/weather.zarr"
+    >>> group = zarr.open_group(path, mode="w")
+    >>> _ = group.create_array("t2m", shape=(40, 3, 4), chunks=(10, 3, 4), dtype="f4")
+    >>> _ = group.create_array("lat", shape=(3,), chunks=(3,), dtype="f8")
+    >>> g = open_geometries(path, ["t2m"])["t2m"]
+    >>> g.shape, g.n_chunks, g.sample_shape, g.dtype
+    ((40, 3, 4), 4, (3, 4), '<f4')
     """
     _check_axis(sample_axis)
     check_store_options(url, store_kwargs, "open_geometries", ["variables", "sample_axis"])

@@ -29,7 +29,22 @@ class Slab:
 
 @dataclass
 class PoolStats:
-    """Counters since the pool was made. ``peak_bytes`` is the most ever resident."""
+    """Counters since the pool was made. ``peak_bytes`` is the most ever resident.
+
+    >>> import tempfile, numpy as np, zarr
+    >>> path = tempfile.mkdtemp() + "/weather.zarr"  # 40 samples in chunks of 10
+    >>> t2m = zarr.open_group(path, mode="w").create_array("t2m", shape=(40, 2), chunks=(10, 2),
+    ...                                                     dtype="f4")
+    >>> t2m[:] = np.arange(80).reshape(40, 2)
+    >>> from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+    >>> manifest = split_by_chunk(open_geometries(path)["t2m"], (0.5, 0.25, 0.25))
+    >>> ds = InSituDataset(path, manifest, batch_size=8)
+    >>> _ = list(ds.val)  # one chunk, decoded once
+    >>> stats = ds.pool.stats
+    >>> stats.misses, stats.peak_bytes <= stats.budget_bytes
+    (1, True)
+    >>> ds.close()
+    """
 
     budget_bytes: int
     resident_bytes: int = 0
@@ -47,6 +62,23 @@ class ChunkPool:
     (least recently used first), then the ones needed furthest ahead. A slab's data may be
     a read-only map of a file of the on-disk pool (``cache_dir``) rather than heap memory.
     Used from the engine's event loop only.
+
+    Every dataset has one (``ds.pool``), shared by all its views: a chunk that fits is
+    read from the store once.
+
+    >>> import tempfile, numpy as np, zarr
+    >>> path = tempfile.mkdtemp() + "/weather.zarr"  # 40 samples in chunks of 10
+    >>> t2m = zarr.open_group(path, mode="w").create_array("t2m", shape=(40, 2), chunks=(10, 2),
+    ...                                                     dtype="f4")
+    >>> t2m[:] = np.arange(80).reshape(40, 2)
+    >>> from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+    >>> manifest = split_by_chunk(open_geometries(path)["t2m"], (0.5, 0.25, 0.25))
+    >>> ds = InSituDataset(path, manifest, batch_size=8)
+    >>> _ = list(ds.val); reads = ds.stats()["store_reads"]
+    >>> _ = list(ds.val)  # the second pass finds the chunk in the pool
+    >>> ds.stats()["store_reads"] == reads, ds.pool.budget_bytes == ds.config.cache_budget_bytes
+    (True, True)
+    >>> ds.close()
     """
 
     def __init__(self, budget_bytes: int) -> None:

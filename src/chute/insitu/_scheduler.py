@@ -249,7 +249,7 @@ class Engine:
                 if data is not None and lock is not None:
                     assert self.shared is not None
                     loop = asyncio.get_running_loop()
-                    data = await loop.run_in_executor(None, self.shared.publish, slab.key, data)
+                    await loop.run_in_executor(None, self.shared.publish, slab.key, data)
         except asyncio.CancelledError:
             self.pool.fail(slab, asyncio.CancelledError())
             raise
@@ -376,7 +376,7 @@ class Engine:
                 needed = [
                     progress.slabs[(name, int(s))]
                     for name, g in self.geometries.items()
-                    for s in np.unique((idx + g.offset) // g.sample_chunk_size)
+                    for s in _distinct((idx + g.offset) // g.sample_chunk_size)
                 ]
                 waited = time.perf_counter()
                 for slab in needed:
@@ -454,7 +454,7 @@ class Engine:
         if self.bad_chunks:
             keep = np.ones(len(idx), dtype=bool)
             for n, ids in zip(names, slab_ids, strict=True):
-                for s in np.unique(ids):
+                for s in _distinct(ids):
                     if slabs[(n, int(s))].data is None:
                         keep &= ids != s
             idx = idx[keep]
@@ -489,6 +489,18 @@ class Engine:
             batch.read_offsets = offsets
         self.times.add("gather", time.perf_counter() - start)
         return batch
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of a small integer array.
+
+    Not ``np.unique``: numpy 2.4 imports ``numpy.ma`` on its first call, about 30 ms
+    under the GIL that every thread of a first batch would wait for.
+    """
+    ordered = np.sort(values)
+    keep = np.ones(len(ordered), dtype=bool)
+    keep[1:] = ordered[1:] != ordered[:-1]
+    return ordered[keep]
 
 
 def _due(first: int, progress: _Progress) -> Callable[[], bool]:

@@ -4,7 +4,7 @@ Every process on a host that opens the same archive (same store, variables, geom
 and chunk transforms) with the same ``cache_dir`` joins one directory,
 ``cache_dir/chute-<digest>/``. The first process to need a slab takes its lock, decodes
 it and publishes it as a file; the others wait for the file and map it, so each slab is
-decoded once per host and its pages sit once in the page cache.
+decoded once per host and the processes that did not decode it share its pages.
 
 Crash safety, in the order the steps happen:
 
@@ -44,6 +44,7 @@ from ._pool import SlabKey
 _HEADER = 256  # bytes before the data: magic, then JSON (dtype, shape), space-padded
 _MAGIC = b"CHUTESLB"
 _SUFFIX = ".slab"
+_USAGE_CHECK = 0x5A17_C0DE_5A17_C0DE  # a torn or stray ``usage`` file fails this, and is recounted
 
 
 class SharedChunks:
@@ -146,15 +147,16 @@ class SharedChunks:
     def unlock(fd: int) -> None:
         os.close(fd)  # closing the only descriptor drops its flock
 
-    def publish(self, key: SlabKey, data: np.ndarray) -> np.ndarray:
-        """Write ``data`` for the other processes and return it mapped from the file; if
-        it cannot be kept within the budget or the disk is full, ``data`` as it is."""
+    def publish(self, key: SlabKey, data: np.ndarray) -> None:
+        """Write ``data`` for the other processes (the publisher goes on with its own copy,
+        whose buffer its pool recycles). A slab that cannot be kept within the budget, or
+        a full disk, is not published."""
         data = np.ascontiguousarray(data)
         final = self._path(key) + _SUFFIX
         tmp = f"{self._path(key)}.tmp-{uuid.uuid4().hex}"
         try:
             if not self._reserve(tmp, _HEADER + data.nbytes):
-                return data
+                return
             with open(tmp, "r+b") as f:
                 f.write(_header(data))
                 f.write(data.data.cast("B"))
@@ -164,43 +166,76 @@ class SharedChunks:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                return data
+                return
             raise
-        mapped = self.load(key) if data.nbytes else None
-        return data if mapped is None else mapped  # evicted meanwhile: keep the heap copy
 
     def _reserve(self, tmp: str, nbytes: int) -> bool:
         """Create ``tmp`` at ``nbytes`` once that fits in the budget, removing the least
         recently used slabs to make room; ``False`` if it cannot fit.
 
         Files being written count with their final size, so processes publishing at the
-        same time cannot overshoot the budget together.
+        same time cannot overshoot the budget together. The bytes in use are kept in a
+        small ``usage`` file, so a reservation that fits needs no listing of the folder;
+        the count can only run high (a failed write leaves it so), never low, and a
+        listing that evicts sets it right.
         """
         if nbytes > self.budget_bytes:
             return False
         with self._evict_lock():
-            files: list[tuple[float, int, str]] = []
-            used = 0
-            for entry in os.scandir(self.root):
-                if entry.name.endswith(_SUFFIX) or ".tmp-" in entry.name:
-                    try:
-                        st = entry.stat()
-                    except FileNotFoundError:
-                        continue
-                    used += st.st_size
-                    if entry.name.endswith(_SUFFIX):
-                        files.append((st.st_mtime, st.st_size, entry.path))
-            for _, size, path in sorted(files):
-                if used + nbytes <= self.budget_bytes:
-                    break
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-                used -= size
-            if used + nbytes > self.budget_bytes:
-                return False
-            with open(tmp, "wb") as f:
-                f.truncate(nbytes)
-            return True
+            used = self._read_usage()
+            if used is None or used + nbytes > self.budget_bytes:
+                used = self._evict_for(nbytes)
+            fits = used + nbytes <= self.budget_bytes
+            if fits:
+                with open(tmp, "wb") as f:
+                    f.truncate(nbytes)
+                used += nbytes
+            self._write_usage(used)
+            return fits
+
+    def _evict_for(self, nbytes: int) -> int:
+        """List the folder, remove least recently used slabs until ``nbytes`` more fit
+        with an eighth of the budget to spare (so the next few reservations need no
+        listing), or none is left; return the bytes then in use."""
+        room = nbytes + self.budget_bytes // 8
+        files: list[tuple[float, int, str]] = []
+        used = 0
+        for entry in os.scandir(self.root):
+            if entry.name.endswith(_SUFFIX) or ".tmp-" in entry.name:
+                try:
+                    st = entry.stat()
+                except FileNotFoundError:
+                    continue
+                used += st.st_size
+                if entry.name.endswith(_SUFFIX):
+                    files.append((st.st_mtime, st.st_size, entry.path))
+        for _, size, path in sorted(files):
+            if used + room <= self.budget_bytes:
+                break
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            used -= size
+        return used
+
+    def _read_usage(self) -> int | None:
+        """The bytes in use as last counted, or ``None`` if never counted or unreadable."""
+        try:
+            with open(os.path.join(self.root, "usage"), "rb") as f:
+                raw = f.read(16)
+        except FileNotFoundError:
+            return None
+        if len(raw) != 16:
+            return None
+        used, check = int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
+        return used if check == used ^ _USAGE_CHECK else None
+
+    def _write_usage(self, used: int) -> None:
+        raw = used.to_bytes(8, "little") + (used ^ _USAGE_CHECK).to_bytes(8, "little")
+        fd = os.open(os.path.join(self.root, "usage"), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, raw, 0)
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def _evict_lock(self) -> Iterator[None]:

@@ -23,6 +23,16 @@ class SplitManifest:
     Chunk ``i`` holds samples ``[i * sample_chunk_size, min((i + 1) * sample_chunk_size,
     n_samples))``; a chunk belongs to exactly one split, so no stored chunk is read by
     two splits. The JSON form (``to_json`` / ``from_json``) is the one insitubatch writes.
+
+    >>> import os, tempfile
+    >>> m = SplitManifest(n_chunks=4, sample_chunk_size=10, n_samples=35,
+    ...                   chunks={"train": (0, 1), "val": (2,), "test": (3,)})
+    >>> m.ranges("train"), m.sample_indices("test").tolist()
+    ([(0, 20)], [30, 31, 32, 33, 34])
+    >>> path = os.path.join(tempfile.mkdtemp(), "split.json")
+    >>> m.to_json(path)
+    >>> SplitManifest.from_json(path) == m
+    True
     """
 
     n_chunks: int

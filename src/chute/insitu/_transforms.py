@@ -60,6 +60,9 @@ class Batch(dict[str, np.ndarray]):
 
 
 BatchTransform = Callable[[Batch], Mapping[str, np.ndarray]]
+"""``batch -> {key: array}``: runs on every assembled batch, after the chunk transforms, to
+add, drop or combine keys (``InSituDataset(batch_transforms=[...])``); the keys it returns
+are the batch's, so keep ``"sample_indices"`` if you need it."""
 
 
 class ChunkTransform(Protocol):
@@ -67,6 +70,22 @@ class ChunkTransform(Protocol):
 
     Runs once per decoded slab, before caching, so it must be deterministic and keep the
     shape (the dtype may change, e.g. to float32).
+
+    Any function of that signature will do:
+
+    >>> import tempfile, numpy as np, zarr
+    >>> path = tempfile.mkdtemp() + "/weather.zarr"  # 40 samples in chunks of 10
+    >>> t2m = zarr.open_group(path, mode="w").create_array("t2m", shape=(40, 2), chunks=(10, 2),
+    ...                                                     dtype="f4")
+    >>> t2m[:] = np.arange(80).reshape(40, 2)
+    >>> from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+    >>> manifest = split_by_chunk(open_geometries(path)["t2m"], (0.5, 0.25, 0.25))
+    >>> def half(variable, chunk):
+    ...     return chunk.astype(np.float16) if variable == "t2m" else chunk
+    >>> ds = InSituDataset(path, manifest, batch_size=8, chunk_transforms=[half])
+    >>> next(iter(ds.val))["t2m"].dtype, ds.batch_spec()["t2m"]
+    (dtype('float16'), ((None, 2), dtype('float16')))
+    >>> ds.close()
     """
 
     def __call__(self, variable: str, chunk: np.ndarray) -> np.ndarray: ...
@@ -74,7 +93,28 @@ class ChunkTransform(Protocol):
 
 @dataclass(frozen=True)
 class StandardScaler:
-    """``(x - mean) / std`` per variable; variables without statistics pass through."""
+    """``(x - mean) / std`` per variable; variables without statistics pass through.
+
+    A `ChunkTransform`: build it from known statistics, or `fit` it on the training split.
+
+    >>> StandardScaler(mean={"t2m": 10.0}, std={"t2m": 2.0})("t2m", np.array([10.0, 14.0]))
+    array([0., 2.])
+    >>> import tempfile, numpy as np, zarr
+    >>> path = tempfile.mkdtemp() + "/weather.zarr"  # 40 samples in chunks of 10
+    >>> t2m = zarr.open_group(path, mode="w").create_array("t2m", shape=(40, 2), chunks=(10, 2),
+    ...                                                     dtype="f4")
+    >>> t2m[:] = np.arange(80).reshape(40, 2)
+    >>> from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+    >>> manifest = split_by_chunk(open_geometries(path)["t2m"], (0.5, 0.25, 0.25))
+    >>> scaler = StandardScaler.fit(path, manifest)  # train chunks only: samples 0..19
+    >>> scaler.mean
+    {'t2m': 19.5}
+    >>> ds = InSituDataset(path, manifest, batch_size=8, chunk_transforms=[scaler])
+    >>> x = np.concatenate([batch["t2m"] for batch in ds.train])
+    >>> bool(abs(x.mean()) < 1e-6), round(float(x.std()), 4)
+    (True, 1.0)
+    >>> ds.close()
+    """
 
     mean: Mapping[str, float]
     std: Mapping[str, float]

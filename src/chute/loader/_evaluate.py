@@ -25,7 +25,17 @@ MASK = "mask"
 
 
 class EvalPass(Pipeline):
-    """One pass over the records in order, ``batch_size`` at a time; see `iterate`."""
+    """One pass over the records in order, ``batch_size`` at a time; see `iterate`.
+
+    `iterate` and `DataLoader.epoch` build one; a pass resumes from its ``state_dict`` too.
+
+    >>> import numpy as np
+    >>> from chute import EvalPass
+    >>> labels = np.arange(5) * 10
+    >>> with EvalPass({"y": labels}, batch_size=2) as p:
+    ...     len(p), [batch["y"].tolist() for batch in p]
+    (3, [[0, 10], [20, 30], [40]])
+    """
 
     def __init__(
         self,

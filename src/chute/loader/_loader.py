@@ -75,7 +75,13 @@ class DataLoader(Pipeline):
     >>> loader = DataLoader({"x": np.arange(10)}, batch_size=4, sampler="sequential")
     >>> next(loader)["x"].tolist(), loader.step
     ([0, 1, 2, 3], 1)
+    >>> state = loader.state_dict()  # JSON-able: save it with the checkpoint
     >>> loader.close()
+    >>> resumed = DataLoader({"x": np.arange(10)}, batch_size=4, sampler="sequential")
+    >>> resumed.load_state_dict(state)  # refused if the configuration differs
+    >>> next(resumed)["x"].tolist()
+    [4, 5, 6, 7]
+    >>> resumed.close()
     """
 
     _STATE_VERSIONS = (2, 1)  # version 1 states (before subsets) still load

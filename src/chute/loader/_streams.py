@@ -15,7 +15,19 @@ Batch = dict[str, Any]
 @runtime_checkable
 class Stream(Protocol):
     """What the loader reads: a length and a batch gather (``chute.Dataset``, a numpy array
-    wrapper, ``chute.RaggedDataset``...)."""
+    wrapper, ``chute.RaggedDataset``...).
+
+    Anything with these two methods is a stream, such as one computed on the fly:
+
+    >>> import numpy as np
+    >>> from chute import DataLoader
+    >>> class Squares:
+    ...     def __len__(self): return 100
+    ...     def __getitems__(self, indices): return indices.astype(np.int64) ** 2
+    >>> with DataLoader({"sq": Squares()}, batch_size=3, sampler="sequential") as loader:
+    ...     next(loader)["sq"].tolist(), next(loader)["sq"].tolist()
+    ([0, 1, 4], [9, 16, 25])
+    """
 
     def __len__(self) -> int: ...
 

@@ -23,6 +23,17 @@ class BulkWriter(Steps):
 
     The export is built in a staging folder and swapped in, so a crash never
     leaves a half-written run; an existing run is only replaced with `overwrite=True`.
+
+    >>> import os, tempfile
+    >>> from chute.metrics import BulkWriter, Reader
+    >>> run = tempfile.mkdtemp()
+    >>> w = BulkWriter(run, config={"source": "eval.csv"})
+    >>> for acc in (0.5, 0.7, 0.8):
+    ...     w.write(acc=acc); w.end_step()
+    >>> w.finish()  # nothing is on disk before this
+    >>> with Reader(run) as r:
+    ...     os.listdir(run), r.config(), r.finished
+    (['metrics.plattli'], {'source': 'eval.csv'}, True)
     """
 
     def __init__(

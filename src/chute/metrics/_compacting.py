@@ -24,6 +24,16 @@ class CompactingWriter(StreamingWriter):
     Suits slow or networked filesystems: the training loop pays one append per
     step, and the columnar files are touched once per batch, off the loop's thread.
     When the backlog reaches 10x `hotsize`, `end_step` waits for the in-flight batch.
+
+    >>> import tempfile
+    >>> from chute.metrics import CompactingWriter, Reader
+    >>> run = tempfile.mkdtemp()
+    >>> with CompactingWriter(run, hotsize=2) as w:
+    ...     for step in range(5):
+    ...         w.write(loss=1 / (step + 1)); w.end_step()
+    ...     with Reader(run) as live:  # readable while the writer works
+    ...         live.rows("loss")
+    5
     """
 
     def __init__(

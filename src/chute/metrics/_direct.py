@@ -22,6 +22,18 @@ class DirectWriter(StreamingWriter):
     wider dtype, a new cadence) wait for `end_step`, which publishes the manifest
     once for all of them and then appends them. `write_threads` is accepted for
     compatibility with Plättli and must be a non-negative int; appends are synchronous.
+
+    >>> import tempfile
+    >>> from chute.metrics import DirectWriter, Reader
+    >>> run = tempfile.mkdtemp()
+    >>> with DirectWriter(run, config={"lr": 0.1}) as w:
+    ...     for loss in (0.9, 0.5, 0.4):
+    ...         w.write(loss=loss); w.end_step()
+    >>> w = DirectWriter(run, step=2)  # resume at step 2 (a checkpoint's): step 2 is cut
+    >>> w.write(loss=0.45, note="resumed"); w.end_step(); w.finish()
+    >>> with Reader(run) as r:  # the finished run: metrics.plattli
+    ...     r.metric("loss")[1].tolist(), r.metric("note")[1].tolist()
+    ([0.9, 0.5, 0.45], ['resumed'])
     """
 
     def __init__(

@@ -45,12 +45,32 @@ def resolve_run_dir(path: str | os.PathLike[str]) -> Path | None:
 
 
 def is_run_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether the folder `path` holds columnar metrics (itself or in `plattli/`)."""
+    """Whether the folder `path` holds columnar metrics (itself or in `plattli/`).
+
+    A finished, zipped run is not a folder of columns any more; `is_run` takes both.
+
+    >>> import tempfile, chute.metrics as cm
+    >>> d = tempfile.mkdtemp(); w = cm.DirectWriter(d); w.write(loss=0.5); w.end_step()
+    >>> cm.is_run_dir(d), cm.is_run_dir(d + "/plattli")
+    (True, True)
+    >>> w.finish(); cm.is_run_dir(d), cm.is_run(d)  # now metrics.plattli
+    (False, True)
+    """
     return resolve_run_dir(path) is not None
 
 
 def is_run(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` is a run: a metrics folder, a folder with `metrics.plattli`, or the zip."""
+    """Whether `path` is a run: a metrics folder, a folder with `metrics.plattli`, or the zip.
+
+    >>> import os, tempfile, chute.metrics as cm
+    >>> runs = tempfile.mkdtemp()
+    >>> for name in ("a", "b"):
+    ...     with cm.DirectWriter(os.path.join(runs, name)) as w:
+    ...         w.write(loss=0.5); w.end_step()
+    >>> os.mkdir(os.path.join(runs, "notes"))
+    >>> sorted(n for n in os.listdir(runs) if cm.is_run(os.path.join(runs, n)))
+    ['a', 'b']
+    """
     p = os.fspath(path)
     if os.path.isfile(p):
         return _is_run_zip(p)
@@ -88,6 +108,25 @@ class Reader(Closing):
     Manifest, config, hot rows and JSON columns are cached until `refresh()`;
     numeric column files are read afresh on every call, so a long-lived reader
     of a live run sees appended rows of known metrics without refreshing.
+
+    >>> import tempfile
+    >>> from chute.metrics import DirectWriter, Reader
+    >>> run = tempfile.mkdtemp()
+    >>> with DirectWriter(run) as w:
+    ...     for step in range(4):
+    ...         w.write(loss=4.0 - step)
+    ...         if step % 2:
+    ...             w.write(acc=step / 4)  # every other step
+    ...         w.end_step()
+    >>> with Reader(run) as r:
+    ...     steps, loss = r.metric("loss")
+    ...     print(r.metrics(), steps.tolist(), loss.tolist())
+    ...     print(*r.metric("loss", idx=-1))  # one row: the last
+    ...     steps, cols = r.table(["loss", "acc"])  # joined on the steps both have
+    ...     print(steps.tolist(), cols["loss"].tolist(), cols["acc"].tolist())
+    ['acc', 'loss'] [0, 1, 2, 3] [4.0, 3.0, 2.0, 1.0]
+    3 1.0
+    [1, 3] [3.0, 1.0] [0.25, 0.75]
     """
 
     def __init__(
@@ -122,7 +161,9 @@ class Reader(Closing):
 
         >>> import tempfile, chute.metrics as cm
         >>> d = tempfile.mkdtemp(); w = cm.DirectWriter(d); w.write(loss=0.5); w.end_step()
-        >>> w.finish(); cm.Reader(d).verify()
+        >>> w.finish()
+        >>> with cm.Reader(d) as r:
+        ...     r.verify()
         []
         """
         problems = archive_problems(self._src)

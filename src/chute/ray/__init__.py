@@ -49,6 +49,17 @@ def write_dataset(
     `chute.Dataset` streams; columns of variable-length arrays (and those named in
     ``ragged``) become `chute.RaggedDataset` streams. ``ray_remote_args`` and
     ``concurrency`` go to ``ray_ds.write_datasink``.
+
+    Skipped as a doctest: it starts a Ray cluster (``tests/ray`` runs it on a local one).
+
+    >>> import numpy as np
+    >>> import ray  # doctest: +SKIP
+    >>> from chute.ray import write_dataset
+    >>> items = [{"x": np.full(3, i), "tokens": np.arange(i % 7 + 1)} for i in range(100)]
+    >>> rows = ray.data.from_items(items, override_num_blocks=4)  # doctest: +SKIP
+    >>> cols = write_dataset(rows, "/data/conv", rows_per_shard=32)  # doctest: +SKIP
+    >>> cols["x"].shape, type(cols["tokens"]).__name__  # doctest: +SKIP
+    ((100, 3), 'RaggedDataset')
     """
     from chute.ray._sink import ChuteDatasink
 
@@ -93,6 +104,13 @@ def read_dataset(
     them, or as many as Ray picks); ``read_args`` go to ``ray.data.read_datasource``
     (``concurrency``, ``num_cpus``, ``ray_remote_args`` ...). Iterating in order needs
     Ray's ``DataContext.execution_options.preserve_order = True``, as for any source.
+
+    Skipped as a doctest: it starts a Ray cluster (``tests/ray`` runs it on a local one).
+
+    >>> from chute.ray import read_dataset
+    >>> ds = read_dataset("/data/conv", columns=["x"], override_num_blocks=4)  # doctest: +SKIP
+    >>> ds.count(), ds.take(1)[0]["x"].tolist()  # doctest: +SKIP
+    (100, [0, 0, 0])
     """
     import ray.data
 

@@ -158,7 +158,10 @@ class _TaskWriter:
         size = self.sink.rows_per_shard
         if not self.pending or (self.rows < size and not final) or self.rows == 0:
             return
-        whole = {name: _concat([p[name] for p in self.pending]) for name in self.pending[0]}
+        whole = {
+            name: _concat(name, [p[name] for p in self.pending], self.kinds[name] == "ragged")
+            for name in self.pending[0]
+        }
         start = 0
         while self.rows - start >= size or (final and start < self.rows):
             stop = min(start + size, self.rows)
@@ -187,12 +190,22 @@ class _TaskWriter:
         write_ragged(part, records, codec=codec).close()
 
 
-def _concat(parts: list[npt.NDArray[Any]]) -> npt.NDArray[Any]:
-    if len(parts) == 1:
-        return parts[0]
-    if any(p.dtype == object for p in parts):
+def _concat(name: str, parts: list[npt.NDArray[Any]], ragged: bool) -> npt.NDArray[Any]:
+    """One column's rows from several batches: an object array of rows for a ragged column
+    (Ray may hand its blocks over as 2-D arrays of different widths), else one array."""
+    if ragged:
+        if len(parts) == 1 and parts[0].dtype == object:
+            return parts[0]
         out = np.empty(sum(len(p) for p in parts), dtype=object)
         for i, row in enumerate(row for p in parts for row in p):
             out[i] = row  # one by one: a list of equal-shape rows would broadcast
         return out
+    if len(parts) == 1:
+        return parts[0]
+    shapes = {p.shape[1:] for p in parts}
+    if len(shapes) > 1:
+        raise TypeError(
+            f"column {name!r} holds rows of shapes {sorted(shapes)} in different blocks: "
+            "name it in ragged=[...] to store it as ragged"
+        )
     return np.concatenate(parts)

@@ -80,7 +80,18 @@ ZSTD_DICT_LEVEL: Final = 19
 
 
 class Codec(IntEnum):
-    """How one record is stored; the tag is the RecordLoc ``codec`` byte."""
+    """How one record is stored; the tag is the RecordLoc ``codec`` byte.
+
+    Wherever a codec is taken, its name (``"raw"``, ``"zstd"``, ``"zstd_dict"``) works too.
+
+    >>> import tempfile
+    >>> from chute.store import Codec, RecordStore
+    >>> with RecordStore(tempfile.mkdtemp() + "/s.zr", mode="w", codec=Codec.RAW) as store:
+    ...     _ = store.append([b"abc", b"de"])
+    ...     _ = store.append([b"x" * 100], codec="zstd")  # per call, by name
+    ...     store.stats()["codecs"]
+    {'raw': 2, 'zstd': 1, 'zstd_dict': 0}
+    """
 
     RAW = 0
     ZSTD = 1

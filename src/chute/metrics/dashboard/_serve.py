@@ -32,6 +32,13 @@ def serve(
     """Serve the dashboard over `paths` until interrupted, printing its URL first.
 
     Binds loopback unless `host` says otherwise; port 0 lets the OS pick a free port.
+
+    Skipped as a doctest: it serves until interrupted (`create_app` is the app it serves;
+    ``tests/metrics`` start it on a free port).
+
+    >>> from chute.metrics.dashboard import serve
+    >>> serve(["/runs"], port=8050)  # doctest: +SKIP
+    chute metrics dashboard at http://127.0.0.1:8050/
     """
     loopback = _is_loopback(host)
     names = ["127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host]

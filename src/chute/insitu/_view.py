@@ -1,0 +1,148 @@
+"""A dataset's split views, the iterator of one pass over a view, and the resolved config."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ._scheduler import END
+from ._transforms import Batch
+
+if TYPE_CHECKING:
+    from ._dataset import InSituDataset
+
+ViewName = Literal["train", "val", "test", "all"]
+VIEWS: tuple[ViewName, ...] = ("train", "val", "test", "all")
+
+
+@dataclass(frozen=True)
+class InSituConfig:
+    """The resolved settings of a dataset (defaults filled in from the machine and data).
+
+    >>> import tempfile, numpy as np, zarr
+    >>> path = tempfile.mkdtemp() + "/weather.zarr"  # 40 samples in chunks of 10
+    >>> t2m = zarr.open_group(path, mode="w").create_array("t2m", shape=(40, 2), chunks=(10, 2),
+    ...                                                     dtype="f4")
+    >>> t2m[:] = np.arange(80).reshape(40, 2)
+    >>> from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+    >>> manifest = split_by_chunk(open_geometries(path)["t2m"], (0.5, 0.25, 0.25))
+    >>> ds = InSituDataset(path, manifest, batch_size=8)
+    >>> ds.config.batch_size, ds.config.shuffle, ds.config.budget_is_automatic
+    (8, True, True)
+    >>> ds.close()
+    """
+
+    batch_size: int
+    block_chunks: int
+    max_inflight: int
+    decode_threads: int
+    prefetch_depth: int
+    cache_budget_bytes: int
+    budget_is_automatic: bool
+    seed: int
+    shuffle: bool
+    shard: tuple[int, int] | None
+    on_bad_chunk: Literal["raise", "skip"]
+    cache_dir: str | None
+
+
+class SplitView:
+    """One split of a dataset; iterating it runs one pass (an epoch for ``train``).
+
+    A pass resumes from the dataset's ``state_dict``, after the batches it handed out:
+
+    >>> import tempfile, numpy as np, zarr
+    >>> path = tempfile.mkdtemp() + "/weather.zarr"  # 40 samples in chunks of 10
+    >>> t2m = zarr.open_group(path, mode="w").create_array("t2m", shape=(40, 2), chunks=(10, 2),
+    ...                                                     dtype="f4")
+    >>> t2m[:] = np.arange(80).reshape(40, 2)
+    >>> from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+    >>> manifest = split_by_chunk(open_geometries(path)["t2m"], (0.5, 0.25, 0.25))
+    >>> ds = InSituDataset(path, manifest, batch_size=8)
+    >>> len(ds.train), ds.train.n_samples
+    (3, 20)
+    >>> epoch = iter(ds.train)
+    >>> first = next(epoch); state = ds.state_dict(); epoch.close()  # a checkpoint
+    >>> resumed = InSituDataset(path, manifest, batch_size=8)
+    >>> resumed.load_state_dict(state)
+    >>> rest = [batch.sample_indices for batch in resumed.train]  # batches 2 and 3
+    >>> sorted(np.concatenate([first.sample_indices, *rest]).tolist()) == list(range(20))
+    True
+    >>> ds.close(); resumed.close()
+    """
+
+    def __init__(self, dataset: InSituDataset, name: ViewName) -> None:
+        self._dataset = dataset
+        self.name = name
+
+    def __iter__(self) -> Iterator[Batch]:
+        """Start a pass. A second ``iter()`` while a pass of this view is still open (not
+        exhausted nor closed) raises ``RuntimeError``: two iterators over one pass would
+        hand out the same batches twice."""
+        return self._dataset._start(self.name)
+
+    @property
+    def dataset(self) -> InSituDataset:
+        """The dataset this view belongs to."""
+        return self._dataset
+
+    def __len__(self) -> int:
+        """Batches in the current epoch's pass (including any already consumed)."""
+        return self._dataset._plan(self.name).n_batches
+
+    @property
+    def n_samples(self) -> int:
+        return len(self._dataset._plan(self.name).order)
+
+    @property
+    def position(self) -> int:
+        """Batches of this epoch's pass handed out so far (what ``state_dict`` records)."""
+        return self._dataset._positions[self.name]
+
+    def __repr__(self) -> str:
+        return f"SplitView({self.name!r}, batches={len(self)})"
+
+
+class PassIterator:
+    """The iterator of one pass over a view; the view is free again once it is exhausted,
+    fails, is closed, or is garbage collected."""
+
+    def __init__(self, dataset: InSituDataset, view: str) -> None:
+        self._dataset = dataset
+        self.view = view
+        self._batches = dataset._iterate(view)
+
+    def __iter__(self) -> PassIterator:
+        return self
+
+    def __next__(self) -> Batch:
+        try:
+            return next(self._batches)
+        except BaseException:
+            self._release()
+            raise
+
+    def close(self) -> None:
+        """End the pass early; the next iteration of the view continues after its batches."""
+        self._batches.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._dataset._open.get(self.view) is self:
+            del self._dataset._open[self.view]
+
+
+def next_item(out: queue.Queue[Any], future: Any) -> Any:
+    """The next queue item, surfacing a crash of the producer instead of hanging."""
+    while True:
+        try:
+            return out.get(timeout=0.2)
+        except queue.Empty:
+            if future.done():
+                try:
+                    return out.get_nowait()
+                except queue.Empty:
+                    future.result()
+                    return END
