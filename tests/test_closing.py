@@ -43,6 +43,16 @@ def _opened(kind: str, tmp: Path) -> tuple[Any, Callable[[], None]]:
             w.write(loss=1.0)
         reader = Reader(tmp / "run")
         return reader, lambda: reader.refresh()
+    if kind == "InSituDataset":
+        zarr = pytest.importorskip("zarr")
+        from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+
+        arr = zarr.open_group(str(tmp / "a.zarr"), mode="w").create_array(
+            "x", shape=(20, 2), chunks=(5, 2), dtype="i4"
+        )
+        arr[:] = ROWS
+        ds = InSituDataset(tmp / "a.zarr", split_by_chunk(open_geometries(tmp / "a.zarr")["x"]))
+        return ds, lambda: next(iter(ds.train))
     loader = chute.DataLoader({"x": ROWS}, batch_size=4, num_threads=2)
     if kind == "DataLoader":
         return loader, lambda: next(loader)
@@ -52,7 +62,7 @@ def _opened(kind: str, tmp: Path) -> tuple[Any, Callable[[], None]]:
 
 KINDS = [
     "RecordStore", "Dataset", "ShardedStore", "RaggedDataset", "DirectWriter",
-    "CompactingWriter", "Reader", "DataLoader", "EvalPass",
+    "CompactingWriter", "Reader", "DataLoader", "EvalPass", "InSituDataset",
 ]  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from chute._buffers import Allocate, BatchBuffers
+from chute._closing import Closing
 from chute._sharding import Shard, resolve_shard
 
 from ._geometry import ArrayGeometry, read_geometries, valid_anchor_range
@@ -49,7 +50,7 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-class InSituDataset:
+class InSituDataset(Closing):
     """Shuffled, split-aware batches read in place from a Zarr archive or Icechunk session.
 
     Iterate a view: ``ds.train`` (chunk order permuted per ``(seed, epoch)``, samples
@@ -503,12 +504,6 @@ class InSituDataset:
     def close(self) -> None:
         """Stop the engine and release the pool."""
         self._finalizer()
-
-    def __enter__(self) -> InSituDataset:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _check_geometries(
         self, geometries: dict[str, ArrayGeometry], explicit: bool
