@@ -652,10 +652,10 @@ def report_chute(rows: dict[str, dict[str, Any]]) -> str:
         "once (page cache warm) and to zstd-decode it. chute reads a plain local archive's "
         "chunk files itself (`readv` into a reused buffer); an Icechunk repository only "
         "through its store's `get`, like any other zarr store (zarr's LocalStore shown for "
-        "comparison). With both cores busy, epoch 0 is bound by fetch plus decode, so a "
-        "store can reach at most the last column's ratio to chute's plain-file reads.",
+        "comparison). With both cores busy, epoch 0 is bound by fetch plus decode, so the "
+        "last column is the ratio to chute's plain-file reads to expect from the CPU alone.",
         "",
-        "| fetch | fetch CPU ms/MB | decode CPU ms/MB | CPU-bound ceiling |",
+        "| fetch | fetch CPU ms/MB | decode CPU ms/MB | CPU-bound estimate |",
         "|---|---:|---:|---:|",
         f"| plain files, as chute reads them (`readv`) | {own['fetch_ms_per_mb']:.2f} | "
         f"{decode:.2f} | 1.00x |",
