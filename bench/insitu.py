@@ -623,6 +623,8 @@ def report_chute(rows: dict[str, dict[str, Any]]) -> str:
     alone, shared = rows["two processes, no cache_dir"], rows["two processes, shared cache_dir"]
     n_chunks = -(-SHAPE[0] // CHUNKS[0])
     lines = [
+        "# In-place Zarr benchmark: chute alone",
+        "",
         f"chute alone ({SHAPE} float32, chunks {CHUNKS}); two-process rows: both processes "
         "read the whole archive at once, throughput is their bytes together over the slower's "
         f"time; decodes are summed over both ({n_chunks} chunks in the archive).",
@@ -691,6 +693,8 @@ def report(
     best = max(t[0]["epoch0_mbps"] for t in tuned)
     chute = rows["chute (defaults)"]
     lines = [
+        "# In-place Zarr benchmark",
+        "",
         "Workload: local Zarr v3, 2000 x 181 x 360 float32 standard normal, chunks (8, 181, 360),"
         " zstd; train split 0.8, batch 32; 2 epochs. Every row is the median of the repeated"
         " runs, engines taking turns; ratios are to insitubatch 0.2.0's defaults in the same"

@@ -51,7 +51,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     name = Path(uri).stem
     if not markdown.lstrip().startswith("# "):
         markdown = f"# {name.capitalize()} benchmark\n\n{markdown}"
-    script = f"`bench/{name}.py`"
+    script = f"`bench/{name.split('-')[0]}.py`"  # insitu-chute.md comes from bench/insitu.py
     markdown += f"\n\n*Written by {script}; `make bench` reruns every benchmark.*\n"
     for chart in sorted(RESULTS.glob(f"{name}*.png")):  # store.png, store-small.png, ...
         if chart.stem != name and (RESULTS / f"{chart.stem}.md").exists():
