@@ -196,3 +196,16 @@ def test_write_with_mode_a_appends_to_a_sharded_dataset(tmp_path: Path) -> None:
     r = chute.write_ragged(tmp_path / "r", seqs[5:], mode="a")
     assert [n for _, n in read_manifest(tmp_path / "r").shards] == [3, 3, 3]
     assert np.array_equal(r[:][0], np.concatenate(seqs))
+
+
+def test_a_reader_keeps_the_manifest_it_opened_with(tmp_path: Path) -> None:
+    rows = np.arange(40, dtype=np.int32).reshape(20, 2)
+    chute.write_dataset(tmp_path / "d", rows[:10], shard_records=4).close()
+    with chute.Dataset(tmp_path / "d") as before:
+        chute.append_dataset(tmp_path / "d", rows[10:]).close()
+        assert len(before) == 10  # the append committed a newer manifest
+        np.testing.assert_array_equal(before[:], rows[:10])
+        with pytest.raises(IndexError):
+            before[10]
+    with chute.Dataset(tmp_path / "d") as after:
+        np.testing.assert_array_equal(after[:], rows)
