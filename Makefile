@@ -27,6 +27,7 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/mypy src
 	$(BIN)/pytest -q
 	$(MAKE) --no-print-directory docs

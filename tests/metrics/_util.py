@@ -35,8 +35,11 @@ def assert_readers_agree(path, kind=None) -> None:
                 assert a[0] == b[0] and (a[1] == b[1] or a[1] != a[1]), (name, a, b)
                 mid = theirs.rows(name) // 2
                 steps = theirs.metric_indices(name)
-                selections = [{"istart": mid}, {"istart": -3, "istop": -1},
-                              {"start": int(steps[mid]), "stop": int(steps[-1]) - 1}]
+                selections = [
+                    {"istart": mid},
+                    {"istart": -3, "istop": -1},
+                    {"start": int(steps[mid]), "stop": int(steps[-1]) - 1},
+                ]
                 if theirs.manifest().get(name, {}).get("dtype", "jsonl") != "jsonl":
                     lo = theirs.metric(name, idx=mid, dtype="storage")[1]
                     selections.append({"vstart": lo})

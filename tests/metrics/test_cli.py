@@ -189,6 +189,7 @@ def test_top_level_chute_command_delegates(tmp_path):
     w.end_step()
     w.close()
     exe = os.path.join(os.path.dirname(sys.executable), "chute")
-    res = subprocess.run([exe, "metrics", "ls", str(tmp_path)], capture_output=True, text=True,
-                         check=True)
+    res = subprocess.run(
+        [exe, "metrics", "ls", str(tmp_path)], capture_output=True, text=True, check=True
+    )
     assert res.stdout.splitlines()[1].split() == ["a", "1", "f64", "0", "2.5"]

@@ -102,8 +102,11 @@ def test_reopen_without_step_refuses_a_finalized_run_before_unzipping(tmp_path):
 
 def test_python_float_timestamps_keep_their_precision(tmp_path):
     stamps = [1_764_600_000.0 + 0.1 * i for i in range(40)]
-    for make in (lambda p: cm.DirectWriter(p), lambda p: cm.CompactingWriter(p, hotsize=7),
-                 lambda p: cm.BulkWriter(p)):
+    for make in (
+        lambda p: cm.DirectWriter(p),
+        lambda p: cm.CompactingWriter(p, hotsize=7),
+        lambda p: cm.BulkWriter(p),
+    ):
         path = tmp_path / str(len(os.listdir(tmp_path)))
         w = make(path)
         for t in stamps:
@@ -151,8 +154,10 @@ def test_missing_member_and_manifest_of_an_archive_are_damage(tmp_path):
     z = tmp_path / "metrics.plattli"
     with zipfile.ZipFile(z) as zin:
         members = {n: zin.read(n) for n in zin.namelist()}
-    for drop, err, match in (("loss.f32", cm.RunFileMissingError, "loss.f32"),
-                             ("plattli.json", cm.RunFileMissingError, "plattli.json")):
+    for drop, err, match in (
+        ("loss.f32", cm.RunFileMissingError, "loss.f32"),
+        ("plattli.json", cm.RunFileMissingError, "plattli.json"),
+    ):
         with zipfile.ZipFile(z, "w") as zout:
             for n, data in members.items():
                 if n != drop:

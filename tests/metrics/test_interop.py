@@ -72,9 +72,13 @@ def test_plattli_written_runs_read_identically(tmp_path, writer, zip_):
         assert_readers_agree(tmp_path / "plattli", kind="dir")
     with cm.Reader(tmp_path) as r, plattli.Reader(tmp_path) as p:
         names = ["loss", "sparse", "t/uint8", "irregular", "count"]
-        for kw in ({}, {"start": 4, "stop": 20}, {"istart": -2},
-                   {"on": "count", "vstart": 30, "vstop": 120},
-                   {"on": "sparse", "dtype": {"loss": np.float64}}):
+        for kw in (
+            {},
+            {"start": 4, "stop": 20},
+            {"istart": -2},
+            {"on": "count", "vstart": 30, "vstop": 120},
+            {"on": "sparse", "dtype": {"loss": np.float64}},
+        ):
             s1, c1 = r.table(names, **kw)
             s2, c2 = p.table(names, **kw)
             assert same(s1, s2) and all(same(c1[n], c2[n]) for n in names), kw

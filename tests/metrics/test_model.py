@@ -29,8 +29,11 @@ def _open(kind, path, step):
 
 
 @settings(max_examples=60, deadline=None)
-@given(kind=st.sampled_from(["direct", "compacting"]), ops=st.lists(OP, max_size=60),
-       finish=st.sampled_from([None, "dir", "zip"]))
+@given(
+    kind=st.sampled_from(["direct", "compacting"]),
+    ops=st.lists(OP, max_size=60),
+    finish=st.sampled_from([None, "dir", "zip"]),
+)
 def test_writers_match_model(tmp_path_factory, kind, ops, finish):
     path = tmp_path_factory.mktemp("model")
     model: dict[str, list[tuple[int, object]]] = {}

@@ -277,8 +277,11 @@ def test_plattli_value_range_reads_on_a_live_chute_run(tmp_path):
         w.end_step()
         if s % 10 == 9:  # plattli binary-searches flagged columns of a live folder
             with plattli.Reader(tmp_path) as theirs, cm.Reader(tmp_path) as ours:
-                for name, sel in (("wall", (1010.0, 1020.5)), ("loss", (5.0, 30.0)),
-                                  ("zig", (2, 4))):
+                for name, sel in (
+                    ("wall", (1010.0, 1020.5)),
+                    ("loss", (5.0, 30.0)),
+                    ("zig", (2, 4)),
+                ):
                     a = theirs.metric(name, vstart=sel[0], vstop=sel[1])
                     b = ours.metric(name, vstart=sel[0], vstop=sel[1])
                     assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
@@ -358,8 +361,16 @@ def test_torch_numpy_and_0d_values(tmp_path, kind):
     w.finish(optimize=False, zip=False)  # keep the logged dtypes (no integer tightening)
     expect = {
         **{f"t/{str(dt)[6:]}": ("f64" if dt == torch.float64 else "f32") for dt in TORCH_FLOATS},
-        "autocast": "f32", "grad": "f32", "ti": "i32", "tu": "u8", "np16": "f32",
-        "np32": "f32", "np64": "f64", "npi": "i16", "zero_d": "f64", "zero_d32": "f32",
+        "autocast": "f32",
+        "grad": "f32",
+        "ti": "i32",
+        "tu": "u8",
+        "np16": "f32",
+        "np32": "f32",
+        "np64": "f64",
+        "npi": "i16",
+        "zero_d": "f64",
+        "zero_d32": "f32",
         "jax_bf16": "f32",
     }
     assert_readers_agree(tmp_path)
@@ -374,10 +385,19 @@ def test_torch_numpy_and_0d_values(tmp_path, kind):
 
 @pytest.mark.parametrize(
     "value",
-    [np.float32(1.5), np.float64(1.5), np.int8(-3), np.uint16(9), np.array(2.5),
-     np.array(3, dtype=np.int32)]
-    + ([torch.tensor(1.5), torch.tensor(1.5, dtype=torch.float64), torch.tensor(4)]
-       if torch is not None else []),
+    [
+        np.float32(1.5),
+        np.float64(1.5),
+        np.int8(-3),
+        np.uint16(9),
+        np.array(2.5),
+        np.array(3, dtype=np.int32),
+    ]
+    + (
+        [torch.tensor(1.5), torch.tensor(1.5, dtype=torch.float64), torch.tensor(4)]
+        if torch is not None
+        else []
+    ),
 )
 def test_values_plattli_supports_store_the_same(tmp_path, value):
     def run(lib, path):
@@ -486,8 +506,9 @@ def test_damage_errors_are_instances_of_plattlis(tmp_path):
 
     for case in (missing_column, junk_hot_line):
         ref, ours = _both(tmp_path / case.__name__, case)
-        assert isinstance(ours, type(ref).__mro__[1] if type(ref).__name__ == "JSONDecodeError"
-                          else type(ref)), (case, ref, ours)
+        assert isinstance(
+            ours, type(ref).__mro__[1] if type(ref).__name__ == "JSONDecodeError" else type(ref)
+        ), (case, ref, ours)
         assert isinstance(ours, cm.CorruptRunError)
 
 

@@ -114,9 +114,7 @@ def _draw(
                     ax.plot(xs[keep], y[keep], color=color, linewidth=1.2, label=label)
                 drawn += 1
             if not drawn:
-                raise PlotError(
-                    f"no run has a metric {name!r} (`chute metrics ls RUN` lists them)"
-                )
+                raise PlotError(f"no run has a metric {name!r} (`chute metrics ls RUN` lists them)")
             if logy:
                 ax.set_yscale("log")
             ax.set_title(name + (f"  (EMA {smooth})" if smooth > 0 else ""), fontsize="medium")
