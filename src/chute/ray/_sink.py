@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,9 @@ from chute.dataset import write_dataset
 from chute.datasets._manifest import Manifest, shard_name, write_manifest
 from chute.ragged import write_ragged
 from chute.ray._layout import STAGING, check_column_name, write_columns
+
+# A column's rows: one array (fixed shape), or a list of row arrays (ragged).
+Column = npt.NDArray[Any] | list[npt.NDArray[Any]]
 
 
 class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
@@ -132,7 +135,7 @@ class _TaskWriter:
     def __init__(self, sink: ChuteDatasink, staging: Path) -> None:
         self.sink = sink
         self.staging = staging
-        self.pending: list[dict[str, npt.NDArray[Any]]] = []
+        self.pending: list[Mapping[str, Column]] = []  # batches not yet in a shard
         self.rows = 0
         self.shards: list[int] = []
         self.kinds: dict[str, str] = {}
@@ -174,38 +177,34 @@ class _TaskWriter:
         if self.rows == 0:
             self.pending = []
 
-    def _write(self, name: str, values: npt.NDArray[Any]) -> None:
+    def _write(self, name: str, values: Column) -> None:
         part = self.staging / name / f"{len(self.shards):05d}.zr"
         part.parent.mkdir(parents=True, exist_ok=True)
         codec = self.sink.codec
-        if self.kinds[name] == "fixed":
+        if not isinstance(values, list):
             write_dataset(part, values, codec=codec, progress=False).close()
             return
-        records = [np.asarray(v) for v in values]
-        typed = [r for r in records if r.dtype != object]
-        if len(typed) < len(records):  # Ray hands empty rows back as empty object arrays
+        typed = [r for r in values if r.dtype != object]
+        if len(typed) < len(values):  # Ray hands empty rows back as empty object arrays
             dtype = typed[0].dtype if typed else np.dtype(np.float64)
             tail = typed[0].shape[1:] if typed else ()
-            records = [r if r.dtype != object else np.zeros((0, *tail), dtype) for r in records]
-        write_ragged(part, records, codec=codec).close()
+            values = [r if r.dtype != object else np.zeros((0, *tail), dtype) for r in values]
+        write_ragged(part, values, codec=codec).close()
 
 
-def _concat(name: str, parts: list[npt.NDArray[Any]], ragged: bool) -> npt.NDArray[Any]:
-    """One column's rows from several batches: an object array of rows for a ragged column
-    (Ray may hand its blocks over as 2-D arrays of different widths), else one array."""
+def _concat(name: str, parts: list[Column], ragged: bool) -> Column:
+    """One column's rows from several batches: a list of row arrays for a ragged column
+    (Ray hands its blocks over as object arrays, or as 2-D arrays of different widths
+    where a block's rows happen to be of one length), else one array."""
     if ragged:
-        if len(parts) == 1 and parts[0].dtype == object:
-            return parts[0]
-        out = np.empty(sum(len(p) for p in parts), dtype=object)
-        for i, row in enumerate(row for p in parts for row in p):
-            out[i] = row  # one by one: a list of equal-shape rows would broadcast
-        return out
-    if len(parts) == 1:
-        return parts[0]
-    shapes = {p.shape[1:] for p in parts}
+        return [np.asarray(row) for p in parts for row in p]
+    fixed = [np.asarray(p) for p in parts]
+    if len(fixed) == 1:
+        return fixed[0]
+    shapes = {p.shape[1:] for p in fixed}
     if len(shapes) > 1:
         raise TypeError(
             f"column {name!r} holds rows of shapes {sorted(shapes)} in different blocks: "
             "name it in ragged=[...] to store it as ragged"
         )
-    return np.concatenate(parts)
+    return np.concatenate(fixed)
