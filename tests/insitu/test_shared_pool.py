@@ -233,15 +233,27 @@ def on_disk(pool: Path) -> int:
         os.close(lock)
 
 
+def tight_member(archive: Path, cache: Path) -> tuple[InSituDataset, int]:
+    """A member of ``cache``'s pool whose budget holds 12 slabs of both variables (so a
+    pass evicts), and that budget."""
+    geoms = open_geometries(archive)
+    budget = 12 * (geoms["x"].slab_nbytes + geoms["y"].slab_nbytes)
+    ds = InSituDataset(
+        archive,
+        split_by_chunk(geoms["x"]),
+        batch_size=4,
+        block_chunks=2,
+        cache_dir=cache,
+        cache_budget_bytes=budget,
+    )
+    return ds, budget
+
+
 def test_the_files_on_disk_stay_within_the_budget(archive: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
-    geoms = open_geometries(archive)
-    m = split_by_chunk(geoms["x"])
-    budget = 12 * (geoms["x"].slab_nbytes + geoms["y"].slab_nbytes)
-    with InSituDataset(
-        archive, m, batch_size=4, block_chunks=2, cache_dir=cache, cache_budget_bytes=budget
-    ) as ds:
+    ds, budget = tight_member(archive, cache)
+    with ds:
         (pool,) = os.listdir(cache)
         for view in (ds.all, ds.train):
             for b in view:
@@ -261,20 +273,15 @@ def test_a_torn_usage_count_is_recounted_within_the_budget(
 ) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
-    geoms = open_geometries(archive)
-    m = split_by_chunk(geoms["x"])
-    budget = 12 * (geoms["x"].slab_nbytes + geoms["y"].slab_nbytes)
-    with InSituDataset(
-        archive, m, batch_size=4, block_chunks=2, cache_dir=cache, cache_budget_bytes=budget
-    ) as ds:
+    ds, budget = tight_member(archive, cache)
+    with ds:
         (pool,) = os.listdir(cache)
         list(ds.all)
         usage = cache / pool / "usage"
         assert usage.exists()
         usage.write_bytes(junk)  # as a crash mid-write could leave it
-        with InSituDataset(
-            archive, m, batch_size=4, block_chunks=2, cache_dir=cache, cache_budget_bytes=budget
-        ) as second:
+        second, _ = tight_member(archive, cache)
+        with second:
             second.set_epoch(1)  # another order: slabs that were evicted are published again
             for b in second.train:
                 np.testing.assert_array_equal(b["x"], x_values(b["sample_indices"]))
