@@ -313,8 +313,8 @@ def worker_torch(url: str, options: dict[str, Any], kw: dict[str, Any]) -> dict[
 def worker_fetch_cost(url: str, options: dict[str, Any], kw: dict[str, Any]) -> dict[str, Any]:
     """CPU milliseconds per MB to fetch every stored chunk once (4 in flight) through a
     store's ``get``, and to zstd-decode them: what bounds a CPU-bound run on 2 cores.
-    ``readv:PATH`` reads the chunk files as chute does for plain local archives instead:
-    ``readv`` into one reused buffer, no new allocation per chunk."""
+    ``readv:PATH`` reads the chunk files with chute's own local read instead (``readv``
+    into one reused per-thread buffer, no new allocation per chunk)."""
     import asyncio
 
     import zarr
@@ -347,17 +347,12 @@ def worker_fetch_cost(url: str, options: dict[str, Any], kw: dict[str, Any]) -> 
 
     asyncio.run(fetch_all())  # once to warm the page cache and the store's own caches
     if readv:
+        from chute.insitu._decode import _read_file  # the very read chute's engine does
+
         paths = [os.path.join(url, k) for k in keys]
-        scratch = memoryview(bytearray(max(f.nbytes for f in fetched)))
         cpu = time.process_time()
         for path in paths:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                size, got = os.fstat(fd).st_size, 0
-                while got < size:
-                    got += os.readv(fd, [scratch[got:size]])
-            finally:
-                os.close(fd)
+            _read_file(path)
         fetch_cpu = time.process_time() - cpu
     else:
         fetched.clear()
