@@ -23,6 +23,7 @@ from chute.errors import (
     StoreKindError,
     StoreLockedError,
     StoreNotFoundError,
+    UnsafeFileError,
 )
 from chute.loader import DataLoader, EvalPass, iterate, split
 from chute.ragged import RaggedDataset, pad, write_ragged
@@ -52,6 +53,7 @@ __all__ = [
     "StoreKindError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "UnsafeFileError",
     "WeightedSampler",
     "append_dataset",
     "append_ragged",

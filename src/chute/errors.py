@@ -31,6 +31,7 @@ __all__ = [
     "StoreKindError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "UnsafeFileError",
     "WriterClosedError",
 ]
 
@@ -436,4 +437,22 @@ class RunNotFoundError(ChuteError, FileNotFoundError):
     ... except RunNotFoundError as e:
     ...     print(str(e).split(":")[0])
     no such run or folder
+    """
+
+
+class UnsafeFileError(ChuteError, OSError):
+    """A file chute was pointed at is not one it will read: its path resolves outside the
+    folder it was given (a symlink out), it is not a regular file (a FIFO, a device, a
+    folder), or it is larger than its format allows. Nothing of it was read as data.
+
+    >>> import os, tempfile
+    >>> import chute
+    >>> from chute._safe_open import read_regular
+    >>> root = tempfile.mkdtemp()
+    >>> os.mkfifo(root + "/config.json")
+    >>> try:
+    ...     read_regular(root + "/config.json", root, limit=1 << 20)
+    ... except chute.ChuteError as e:
+    ...     print(type(e).__name__, isinstance(e, OSError))
+    UnsafeFileError True
     """

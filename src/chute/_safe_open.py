@@ -1,0 +1,112 @@
+"""Opening a file chute was pointed at: a regular file inside its folder, read with a bound.
+
+An internal module shared by every part that opens a file it did not create in this process
+(a dataset's manifest and shards, a metric run's files for the dashboard, the in-place
+loader's slab pool). One rule for all of them: the path, once symlinks are resolved, lies
+inside the folder the caller was given; it is a regular file, not a FIFO (whose open or read
+would block), a device (``/dev/zero`` never ends) or a folder; and a whole-file read stops
+at the size the format allows instead of reading until memory runs out.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from chute.errors import UnsafeFileError
+
+__all__ = ["inside", "open_regular", "read_regular"]
+
+# O_NONBLOCK makes open() of a FIFO with no writer return at once instead of hanging; the
+# fstat that follows then refuses it. It is cleared again for regular files.
+_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+
+
+def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
+    """``path`` with its symlinks resolved, if that lies inside ``root`` (also resolved).
+
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "a.json").write_text("{}")
+    2
+    >>> inside(root / "a.json", root) == (root / "a.json").resolve()
+    True
+    >>> (root / "out.json").symlink_to("/etc/hostname")
+    >>> inside(root / "out.json", root)
+    Traceback (most recent call last):
+    ...
+    chute.errors.UnsafeFileError: .../out.json resolves to /etc/hostname, outside ...
+    """
+    real_root = Path(root).resolve()
+    real = Path(path).resolve()
+    if real != real_root and not real.is_relative_to(real_root):
+        raise UnsafeFileError(f"{path} resolves to {real}, outside {real_root}")
+    return real
+
+
+def open_regular(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> int:
+    """Open ``path`` read-only and return its descriptor, if it is a regular file inside
+    ``root``; else `UnsafeFileError` (a missing file stays a FileNotFoundError).
+
+    >>> import os, tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> os.mkfifo(root / "pipe")
+    >>> open_regular(root / "pipe", root)
+    Traceback (most recent call last):
+    ...
+    chute.errors.UnsafeFileError: .../pipe is a FIFO, not a regular file
+    """
+    real = inside(path, root)
+    fd = os.open(real, _FLAGS)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafeFileError(f"{path} is {_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str | os.PathLike[str], root: str | os.PathLike[str], limit: int) -> bytes:
+    """The whole of ``path`` (checked as `open_regular` does), if it holds at most ``limit``
+    bytes; a larger file is an `UnsafeFileError` naming both sizes, read no further.
+
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "small").write_bytes(b"abc")
+    3
+    >>> read_regular(root / "small", root, limit=3)
+    b'abc'
+    >>> read_regular(root / "small", root, limit=2)
+    Traceback (most recent call last):
+    ...
+    chute.errors.UnsafeFileError: .../small holds more than the 2 bytes its format allows
+    """
+    fd = open_regular(path, root)
+    try:
+        parts: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - size)):
+            parts.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise UnsafeFileError(f"{path} holds more than the {limit} bytes its format allows")
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a plain file"
