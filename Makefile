@@ -63,7 +63,7 @@ test-asan: $(STAMP)
 VENV_TF := .venv-tf
 test-tf:
 	test -x $(VENV_TF)/bin/python || $(PY) -m venv $(VENV_TF)
-	$(VENV_TF)/bin/pip install -q -e '.[tf]'
+	$(VENV_TF)/bin/pip install -q -e '.[tf,insitu]' 'pytest>=8' 'hypothesis>=6.100'
 	$(VENV_TF)/bin/pytest -q -p no:cacheprovider tests/insitu/test_tf.py
 
 demo: $(DEMO_STAMP)

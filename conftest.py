@@ -36,3 +36,18 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         if name is None:
             raise
         pytest.skip(f"this example needs {name}, which is not installed")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say, last and plainly, that the dashboard's browser tests did not run for want of a
+    browser, and how to get one: a skip line among hundreds is easy to miss."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if any("no chromium" in str(getattr(r, "longrepr", "")) for r in skipped):
+        terminalreporter.write_sep(
+            "!",
+            "the dashboard's browser tests were SKIPPED: no chromium on this machine; "
+            "install Debian's with `apt-get install chromium` (as root; .ci/run does) "
+            "or point CHUTE_CHROMIUM at a Chromium binary",
+            yellow=True,
+            bold=True,
+        )
