@@ -11,6 +11,8 @@ setup(
             sources=[
                 "src/chute/_native/zrecord_module.c",
                 "src/chute/_native/gather.c",
+                "src/chute/_native/compress.c",
+                "src/chute/_native/zctx.c",
                 "src/chute/_native/pool.c",
                 "src/chute/_native/crc32c.c",
             ],

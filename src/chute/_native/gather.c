@@ -1,49 +1,19 @@
 #define _GNU_SOURCE
 #include "gather.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "crc32c.h"
 #include "pool.h"
+#include "zctx.h"
 
 /* Work, in bytes of plain copy, that makes another shard worth waking a thread for. */
 enum { SHARD_WORK = 48 * 1024, FRAME_COST = 4096, DECODE_FACTOR = 4, SHARDS_PER_THREAD = 4 };
 
-/* Per-thread zstd contexts, created on first use and reused for the life
- * of the thread (worker or caller), freed by the key's destructor when the thread ends. */
-typedef struct {
-    ZSTD_DCtx *dctx;
-    ZSTD_CCtx *cctx;
-} thread_ctx;
-
-static pthread_key_t ctx_key;
-static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
-
-static void free_ctx(void *p) {
-    thread_ctx *t = p;
-    if (!t) return;
-    if (t->dctx) ZSTD_freeDCtx(t->dctx);
-    if (t->cctx) ZSTD_freeCCtx(t->cctx);
-    free(t);
-}
-
-static void make_key(void) { pthread_key_create(&ctx_key, free_ctx); }
-
-static thread_ctx *get_ctx(void) {
-    pthread_once(&ctx_once, make_key);
-    thread_ctx *t = pthread_getspecific(ctx_key);
-    if (!t) {
-        t = calloc(1, sizeof *t);
-        if (!t) return NULL;
-        pthread_setspecific(ctx_key, t);
-    }
-    return t;
-}
-
-/* Decodes one record into out[0..logic). Returns a GE_* code. */
-static int decode_one(const gather_args *a, thread_ctx *t, const zr_loc *loc, uint8_t *out,
+/* Decodes one record into out[0..logic). Returns a GE_* code. *dctx is the thread's decoder,
+ * fetched on the first compressed record. */
+static int decode_one(const gather_args *a, ZSTD_DCtx **dctx, const zr_loc *loc, uint8_t *out,
                       long long *detail) {
     if (loc->chunk_id >= a->nchunks) {
         *detail = loc->chunk_id;
@@ -69,10 +39,10 @@ static int decode_one(const gather_args *a, thread_ctx *t, const zr_loc *loc, ui
     case CODEC_ZSTD:
     case CODEC_ZSTD_DICT: {
         if (loc->codec == CODEC_ZSTD_DICT && !a->ddict) return GE_NO_DICT;
-        if (!t->dctx && !(t->dctx = ZSTD_createDCtx())) return GE_NOMEM;
+        if (!*dctx && !(*dctx = chute_thread_dctx())) return GE_NOMEM;
         size_t r = loc->codec == CODEC_ZSTD
-                       ? ZSTD_decompressDCtx(t->dctx, out, loc->logic_length, src, loc->phys_length)
-                       : ZSTD_decompress_usingDDict(t->dctx, out, loc->logic_length, src,
+                       ? ZSTD_decompressDCtx(*dctx, out, loc->logic_length, src, loc->phys_length)
+                       : ZSTD_decompress_usingDDict(*dctx, out, loc->logic_length, src,
                                                     loc->phys_length, a->ddict);
         if (ZSTD_isError(r)) {
             *detail = (long long)r;
@@ -100,12 +70,7 @@ static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
     gather_job *job = p;
     gather_args *a = job->a;
     gather_error *err = &job->errs[shard];
-    thread_ctx *t = get_ctx();
-    if (!t) {
-        err->code = GE_NOMEM;
-        err->pos = begin;
-        return;
-    }
+    ZSTD_DCtx *dctx = NULL;
     for (size_t i = begin; i < end; i++) {
         long long detail = 0;
         int64_t ix = a->idx[i];
@@ -129,7 +94,7 @@ static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
                 detail = (long long)off;
             } else {
                 uint8_t *out = a->dst + off;
-                code = decode_one(a, t, loc, out, &detail);
+                code = decode_one(a, &dctx, loc, out, &detail);
                 if (code == GE_OK && a->sums) {
                     const zr_sum *s = (uint64_t)ix < a->nsums ? &a->sums[ix] : NULL;
                     int same = s && s->offset == loc->offset && s->chunk_id == loc->chunk_id &&
@@ -198,104 +163,4 @@ void chute_gather(gather_args *a) {
     }
     free(errs);
     free(unchecked);
-}
-
-/* ---- compression ---- */
-
-static size_t slot_capacity(uint64_t len, int codec) {
-    return codec == CODEC_RAW ? (size_t)len : ZSTD_compressBound((size_t)len);
-}
-
-size_t chute_compress_capacity(const uint64_t *src_len, size_t n, int codec) {
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) total += slot_capacity(src_len[i], codec);
-    return total;
-}
-
-typedef struct {
-    compress_args *a;
-    const size_t *slot; /* where record i's output starts before packing */
-    int *nomem;
-} compress_job;
-
-static void compress_shard(void *p, size_t begin, size_t end, size_t shard) {
-    compress_job *job = p;
-    compress_args *a = job->a;
-    thread_ctx *t = NULL;
-    if (a->codec != CODEC_RAW) {
-        t = get_ctx();
-        if (!t || (!t->cctx && !(t->cctx = ZSTD_createCCtx()))) {
-            job->nomem[shard] = 1;
-            return;
-        }
-    }
-    if (a->codec == CODEC_ZSTD_DICT) {
-        /* A large dictionary's tables cost more to copy into the context than a small record
-         * costs to compress: then use them in place ("attach"). */
-        ZSTD_CCtx_reset(t->cctx, ZSTD_RESET_SESSION_AND_PARAMETERS);
-        if (a->attach_dict)
-            ZSTD_CCtx_setParameter(t->cctx, ZSTD_C_FORCE_ATTACH_DICT, ZSTD_DICT_FORCE_ATTACH);
-        if (ZSTD_isError(ZSTD_CCtx_refCDict(t->cctx, a->cdict))) {
-            job->nomem[shard] = 1;
-            return;
-        }
-    }
-    for (size_t i = begin; i < end; i++) {
-        const uint8_t *src = a->src + a->src_off[i];
-        size_t len = (size_t)a->src_len[i];
-        a->crcs[i] = chute_crc32c(0, src, len);
-        if (!a->out) { /* raw records already laid out end to end: nothing to copy */
-            a->phys_len[i] = (uint32_t)len;
-            a->codecs[i] = CODEC_RAW;
-            continue;
-        }
-        uint8_t *out = a->out + job->slot[i];
-        size_t r = (size_t)-1;
-        if (a->codec != CODEC_RAW && len > 0) {
-            size_t cap = slot_capacity(len, a->codec);
-            r = a->codec == CODEC_ZSTD_DICT ? ZSTD_compress2(t->cctx, out, cap, src, len)
-                                            : ZSTD_compressCCtx(t->cctx, out, cap, src, len, a->level);
-        }
-        if (ZSTD_isError(r) || r >= len) { /* did not shrink: store as is */
-            memcpy(out, src, len);
-            a->phys_len[i] = (uint32_t)len;
-            a->codecs[i] = CODEC_RAW;
-        } else {
-            a->phys_len[i] = (uint32_t)r;
-            a->codecs[i] = (uint8_t)a->codec;
-        }
-    }
-}
-
-void chute_compress(compress_args *a) {
-    a->packed = 0;
-    a->nomem = 0;
-    if (a->n == 0) return;
-    size_t max_shards = (a->max_threads ? a->max_threads : 1) * SHARDS_PER_THREAD;
-    size_t ns = chute_shard_count(a->n, 4, max_shards);
-    size_t *slot = malloc(a->n * sizeof *slot);
-    int *nomem = calloc(ns, sizeof *nomem);
-    if (!slot || !nomem) {
-        free(slot);
-        free(nomem);
-        a->nomem = 1;
-        return;
-    }
-    size_t pos = 0;
-    for (size_t i = 0; i < a->n; i++) {
-        slot[i] = pos;
-        pos += slot_capacity(a->src_len[i], a->codec);
-    }
-    compress_job job = {.a = a, .slot = slot, .nomem = nomem};
-    chute_parallel(a->n, 4, max_shards, a->max_threads, compress_shard, &job);
-    for (size_t s = 0; s < ns; s++) a->nomem |= nomem[s];
-    /* Pack the records densely; each moves down (or stays), so memmove in order is safe. */
-    size_t w = 0;
-    for (size_t i = 0; i < a->n && !a->nomem && a->out; i++) {
-        if (w != slot[i]) memmove(a->out + w, a->out + slot[i], a->phys_len[i]);
-        w += a->phys_len[i];
-    }
-    a->packed = w;
-    free(slot);
-    free(nomem);
 }

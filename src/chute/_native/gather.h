@@ -1,35 +1,11 @@
-/* The record store's hot loops: batch gather with decode, and batch compression. */
+/* The record store's read loop: a batch of records gathered into one buffer, decoded. */
 #ifndef CHUTE_GATHER_H
 #define CHUTE_GATHER_H
 #include <stddef.h>
 #include <stdint.h>
 
+#include "format.h"
 #include "zstd_api.h"
-
-/* One entry of the Zrecord table in meta.zr (16 bytes, little-endian, naturally aligned). */
-typedef struct {
-    uint32_t offset;
-    uint32_t phys_length;
-    uint32_t logic_length;
-    uint16_t chunk_id;
-    uint8_t codec;
-    uint8_t reserved;
-} zr_loc;
-
-/* One entry of chute's checksum sidecar: where the record was when it was summed, and the
- * CRC-32C of its logical bytes. A location that no longer matches the table means the
- * store was changed by a writer that keeps no sidecar: the record cannot be checked. */
-typedef struct {
-    uint32_t crc;
-    uint32_t offset;
-    uint32_t phys_length;
-    uint16_t chunk_id;
-    uint8_t codec;
-    uint8_t valid;
-} zr_sum;
-
-enum { CODEC_RAW = 0, CODEC_ZSTD = 1, CODEC_ZSTD_DICT = 2 };
-enum { MAX_RECORD = 1u << 20 };
 
 /* Error codes, translated into exceptions by the Python layer, which reads them from the
  * module's constants (GE_INDEX ...): this list is their only definition. */
@@ -80,27 +56,5 @@ typedef struct {
 } gather_args;
 
 void chute_gather(gather_args *a);
-
-typedef struct {
-    const uint8_t *src;
-    const uint64_t *src_off;
-    const uint64_t *src_len;
-    size_t n;
-    int codec; /* CODEC_RAW, CODEC_ZSTD or CODEC_ZSTD_DICT */
-    int level;
-    const ZSTD_CDict *cdict;
-    int attach_dict; /* use the dictionary's tables in place instead of copying them */
-    size_t max_threads;
-    uint8_t *out;       /* capacity chute_compress_capacity(); packed densely on return;
-                           NULL for raw records already end to end in src (sums only) */
-    uint32_t *phys_len; /* out */
-    uint8_t *codecs;    /* out: the codec actually used (raw when a record did not shrink) */
-    uint32_t *crcs;     /* out: CRC-32C of each record's logical bytes */
-    size_t packed;      /* out: total bytes in `out` */
-    int nomem;          /* out */
-} compress_args;
-
-size_t chute_compress_capacity(const uint64_t *src_len, size_t n, int codec);
-void chute_compress(compress_args *a);
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "compress.h"
 #include "crc32c.h"
 #include "gather.h"
 #include "zstd_api.h"
@@ -439,6 +440,11 @@ PyMODINIT_FUNC PyInit__zrecord(void) {
     CHUTE_GATHER_ERRORS(CHUTE_ADD_ERROR)
 #undef CHUTE_ADD_ERROR
     if (PyModule_AddIntConstant(m, "MAX_RECORD", MAX_RECORD) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "CODEC_RAW", CODEC_RAW) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "CODEC_ZSTD", CODEC_ZSTD) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "CODEC_ZSTD_DICT", CODEC_ZSTD_DICT) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "LOC_SIZE", sizeof(zr_loc)) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "SUM_SIZE", sizeof(zr_sum)) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "ZSTD_MIN_LEVEL", ZSTD_minCLevel()) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "ZSTD_MAX_LEVEL", ZSTD_maxCLevel()) < 0) goto fail;
     return m;

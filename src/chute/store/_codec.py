@@ -8,6 +8,9 @@ import numpy as np
 import numpy.typing as npt
 
 from chute import _native
+from chute.store._format import check_native
+
+check_native(_native.codes)
 
 #: zstd's own recommendation for a dictionary's size, and the cap chute uses by default.
 DEFAULT_DICT_CAP = 112_640

@@ -122,3 +122,27 @@ def chunk_file(chunk_id: int) -> str:
 
 def meta_size(capacity: int) -> int:
     return HEADER_SIZE + capacity * LOC_SIZE
+
+
+def check_native(native: object) -> None:
+    """Refuse a compiled core whose copy of these facts differs from this module's.
+
+    The C code keeps its own constants (``format.h``); a build that drifted from this file
+    would read or write records differently from what the format says. Checked at import.
+    """
+    expected = {
+        "MAX_RECORD": MAX_RECORD,
+        "CODEC_RAW": Codec.RAW,
+        "CODEC_ZSTD": Codec.ZSTD,
+        "CODEC_ZSTD_DICT": Codec.ZSTD_DICT,
+        "LOC_SIZE": LOC_SIZE,
+        "SUM_SIZE": SUMS_DTYPE.itemsize,
+    }
+    drift = {
+        name: (getattr(native, name, None), value)
+        for name, value in expected.items()
+        if getattr(native, name, None) != value
+    }
+    if drift:
+        found = ", ".join(f"{k}: compiled {c}, format {f}" for k, (c, f) in drift.items())
+        raise ImportError(f"chute's compiled core disagrees with store/_format.py ({found})")
