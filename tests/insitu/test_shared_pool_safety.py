@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -286,3 +287,34 @@ def test_a_stray_folder_in_the_pool_is_cleared(archive: Path, tmp_path: Path) ->
     with member(archive, cache) as second:
         read_all(second)
     assert os.listdir(cache) == []
+
+
+def test_an_s3_archive_shares_a_pool_until_its_metadata_changes(
+    s3_archive: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    import obstore
+    from obstore.store import S3Store
+
+    url, options = s3_archive
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    geoms = open_geometries(url, ["x", "y"], **options)
+    m = split_by_chunk(geoms["x"])
+    kw: dict[str, Any] = {"batch_size": 8, "cache_dir": cache, "cache_budget_bytes": 10**6}
+    bucket, prefix = url.removeprefix("s3://").split("/", 1)
+    store = S3Store(bucket, prefix=prefix, **options)
+    original = bytes(obstore.get(store, "y/zarr.json").bytes())
+    with InSituDataset(url, m, geoms, **kw, **options) as first:
+        read_all(first)
+        with InSituDataset(url, m, geoms, **kw, **options) as second:
+            read_all(second)
+            assert second.stats()["shared_hits"] == geoms["x"].n_chunks + geoms["y"].n_chunks
+        meta = json.loads(original)
+        meta["attributes"] = {"written": "again"}
+        obstore.put(store, "y/zarr.json", json.dumps(meta).encode())
+        try:
+            with InSituDataset(url, m, geoms, **kw, **options) as third:
+                read_all(third)
+                assert third.stats()["shared_hits"] == 0
+        finally:
+            obstore.put(store, "y/zarr.json", original)
