@@ -208,7 +208,8 @@ def test_slab_files_that_crash_or_hang_a_reader_are_decoded_again(
     archive: Path, tmp_path: Path
 ) -> None:
     """An object dtype in a header (a segfault once mapped), a FIFO (whose open blocks) and
-    a link to /dev/zero (which never ends) in place of slabs."""
+    a link to /dev/zero (which never ends) in place of slabs, and a FIFO as the ``usage``
+    count (read before publishing the slabs decoded again)."""
     cache = tmp_path / "cache"
     cache.mkdir()
     with member(archive, cache) as first:
@@ -219,10 +220,13 @@ def test_slab_files_that_crash_or_hang_a_reader_are_decoded_again(
         os.mkfifo(fifo)
         zero.unlink()
         zero.symlink_to("/dev/zero")
+        usage = fifo.with_name("usage")  # the count of bytes published, read to publish
+        usage.unlink()
+        os.mkfifo(usage)
         stats = run_child(READER, str(archive), str(cache), "0")
         assert (stats["decodes"], stats["shared_discarded"]) == (3, 3)
         assert stats["shared_hits"] == slab_count(archive) - 3
-        assert all(p.is_file() and not p.is_symlink() for p in (fifo, zero))  # published again
+        assert all(p.is_file() and not p.is_symlink() for p in (fifo, zero, usage))  # anew
 
 
 # -- reservations and file-size limits (item 19) -----------------------------------------

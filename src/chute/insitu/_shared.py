@@ -353,6 +353,8 @@ class SharedChunks:
         (a ``usage`` that is not a small regular file is removed, to be written anew)."""
         path = os.path.join(self.root, "usage")
         try:
+            if os.path.islink(path):  # written through with O_NOFOLLOW, which refuses one
+                raise UnsafeFileError(f"{path} is a link")
             raw = read_regular(path, self.root, 16)
         except FileNotFoundError:
             return None
