@@ -156,7 +156,7 @@ def test_a_process_killed_mid_decode_leaves_nothing_torn(archive: Path, tmp_path
         stdout=subprocess.PIPE,
         text=True,
         cwd=root,
-        env={**os.environ, "PYTHONPATH": str(root)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *sys.path])},
     )
     m = split_by_chunk(open_geometries(archive)["x"])
     try:

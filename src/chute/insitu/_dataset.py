@@ -21,8 +21,9 @@ from chute._buffers import Allocate, BatchBuffers
 from chute._closing import Closing
 from chute._sharding import Shard, resolve_shard
 
+from ._aio import run_sync
 from ._geometry import ArrayGeometry, read_geometries, valid_anchor_range
-from ._options import check_keywords, check_positive, identity_of
+from ._options import archive_stamp, check_keywords, check_positive, identity_of
 from ._plan import OrderSpec, SlabUse, sample_order, slab_use, working_set
 from ._pool import ChunkPool
 from ._report import limiting_stage
@@ -181,7 +182,8 @@ class InSituDataset(Closing):
         self.pool = ChunkPool(self.config.cache_budget_bytes)
         shared = None
         if self.config.cache_dir is not None:
-            identity = identity_of(url, self.snapshot_id, self.geometries, chunk_transforms)
+            stamp = run_sync(archive_stamp(self.store.wrapped, self.geometries))
+            identity = identity_of(url, self.snapshot_id, self.geometries, chunk_transforms, stamp)
             shared = SharedChunks(self.config.cache_dir, identity, self.config.cache_budget_bytes)
         try:
             self._engine = Engine(
@@ -427,14 +429,17 @@ class InSituDataset(Closing):
 
     def stats(self) -> dict[str, Any]:
         """Counters: store reads, pool hits/misses/evictions, resident and peak bytes, slabs
-        this process decoded and slabs it mapped from another process's decode."""
+        this process decoded, slabs it mapped from another process's decode and damaged
+        slab files of the on-disk pool it removed (to decode again)."""
         pool = asdict(self.pool.stats)
+        shared = self._engine.shared
         return {
             **pool,
             "store_reads": sum(self.store.gets.values()),
             "store_bytes": self.store.bytes_read,
             "decodes": self._engine.decodes,
             "shared_hits": self._engine.shared_hits,
+            "shared_discarded": 0 if shared is None else shared.discarded,
             "bad_chunks": self.bad_chunks,
         }
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
+
+from zarr.abc.store import Store
+from zarr.core.buffer import default_buffer_prototype
+from zarr.storage import LocalStore, ObjectStore
 
 from ._geometry import ArrayGeometry
 from ._store import StoreLike, check_store_options, is_store_option
@@ -36,18 +42,23 @@ def identity_of(
     snapshot: str | None,
     geometries: Mapping[str, ArrayGeometry],
     transforms: Sequence[ChunkTransform],
+    stamp: Mapping[str, str | None],
 ) -> str:
     """What decides a slab's decoded bytes: processes agreeing on it share the on-disk pool.
 
-    A chunk transform is told apart by its ``repr``, so a dataclass transform (such as
-    :class:`StandardScaler`) is shared and a lambda (whose repr holds an address) is not.
+    A local archive is named by its resolved path (a ``latest.zarr`` link is followed, as
+    the store follows it once at open), and ``stamp`` (`archive_stamp`) adds what its
+    metadata documents say and when they were written, so an archive rewritten in place
+    has another identity. A chunk transform is told apart by its ``repr``, so a dataclass
+    transform (such as :class:`StandardScaler`) is shared and a lambda (whose repr holds an
+    address) is not.
     """
     if isinstance(url, (str, os.PathLike)):
         text = os.fspath(url)
         where = (
             text
             if "://" in text and not text.startswith("file://")
-            else os.path.abspath(text.removeprefix("file://"))
+            else os.path.realpath(text.removeprefix("file://"))
         )
     elif snapshot is not None:
         where = f"icechunk:{snapshot}"
@@ -58,6 +69,7 @@ def identity_of(
             "store": where,
             "geometries": {n: asdict(g) for n, g in sorted(geometries.items())},
             "transforms": [repr(t) for t in transforms],
+            "metadata": dict(stamp),
         },
         sort_keys=True,
         default=str,
@@ -68,3 +80,45 @@ def check_positive(**values: int | None) -> None:
     for name, value in values.items():
         if value is not None and (not isinstance(value, int) or value <= 0):
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+_METADATA = ("zarr.json", ".zarray", ".zgroup", ".zattrs")  # Zarr v3's document, then v2's
+
+
+async def archive_stamp(
+    store: Store, geometries: Mapping[str, ArrayGeometry]
+) -> dict[str, str | None]:
+    """``{key: stamp}`` of the metadata documents of the archive root and of each array
+    (``None`` where there is none): the SHA-256 of their bytes and, where the store has
+    one, their file stamp (inode, modification time and size of a local file; ETag, time
+    and size of an object), so a rewrite shows even when the metadata reads the same.
+    Only metadata is read.
+
+    >>> import asyncio, tempfile, zarr
+    >>> from zarr.storage import LocalStore
+    >>> path = tempfile.mkdtemp() + "/weather.zarr"
+    >>> _ = zarr.open_group(path, mode="w").create_array("t2m", shape=(4,), dtype="f4")
+    >>> from chute.insitu import open_geometries
+    >>> stamp = asyncio.run(archive_stamp(LocalStore(path), open_geometries(path)))
+    >>> sorted(k for k, v in stamp.items() if v is not None)
+    ['t2m/zarr.json', 'zarr.json']
+    """
+    prefixes = sorted({""} | {g.path.strip("/") for g in geometries.values()})
+    keys = [f"{p}/{n}" if p else n for p in prefixes for n in _METADATA]
+
+    async def one(key: str) -> str | None:
+        found = await store.get(key, default_buffer_prototype())
+        if found is None:
+            return None
+        parts = [hashlib.sha256(found.to_bytes()).hexdigest()]
+        if isinstance(store, ObjectStore):
+            import obstore
+
+            meta = await obstore.head_async(store.store, key)
+            parts += [str(meta["e_tag"]), str(meta["last_modified"]), str(meta["size"])]
+        elif isinstance(store, LocalStore):
+            st = os.stat(store.root / key)
+            parts += [str(st.st_ino), str(st.st_mtime_ns), str(st.st_size)]
+        return " ".join(parts)
+
+    return dict(zip(keys, await asyncio.gather(*map(one, keys)), strict=True))

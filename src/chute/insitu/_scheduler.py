@@ -9,6 +9,7 @@ whose slabs are ready never queues behind the reads of later windows.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import math
 import queue
@@ -277,15 +278,25 @@ class Engine:
         decodes queue behind those waits would deadlock.
         """
         assert self.shared is not None
+        name, j = slab.key
+        g = self.geometries[name]
+        shape = (len(g.samples_in_chunk(j)), *g.sample_shape)
+        dtype = None if self.chunk_transforms else np.dtype(g.dtype)
+        load = functools.partial(self.shared.load, slab.key, shape, dtype)
+        loop = asyncio.get_running_loop()
         delay = 0.0002
         while True:
-            data = self.shared.load(slab.key)
+            data = await loop.run_in_executor(None, load)  # checks its CRC: off the loop
             if data is not None:
                 self.shared_hits += 1
                 return data, None
             lock = self.shared.try_lock(slab.key)
             if lock is not None:
-                data = self.shared.load(slab.key)  # published just before we locked
+                try:  # published just before we locked; or damaged, then removed
+                    data = await loop.run_in_executor(None, functools.partial(load, held=True))
+                except BaseException:
+                    SharedChunks.unlock(lock)
+                    raise
                 if data is not None:
                     SharedChunks.unlock(lock)
                     self.shared_hits += 1

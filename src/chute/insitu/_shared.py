@@ -1,17 +1,28 @@
 """The on-disk chunk pool: decoded slabs in files under ``cache_dir``, shared by processes.
 
-Every process on a host that opens the same archive (same store, variables, geometry
+Every process on a host that opens the same archive (same resolved location, the same
+metadata documents, byte for byte and by their file stamps, the same variables, geometry
 and chunk transforms) with the same ``cache_dir`` joins one directory,
-``cache_dir/chute-<digest>/``. The first process to need a slab takes its lock, decodes
-it and publishes it as a file; the others wait for the file and map it, so each slab is
-decoded once per host and the processes that did not decode it share its pages.
+``cache_dir/chute-<digest>/``, whose ``identity`` file (the whole SHA-256 of the identity)
+each joiner checks against its own.
+An archive rewritten in place, or a ``latest.zarr`` link moved, has another identity, so
+its readers get another pool and never the old archive's slabs. The first process to need
+a slab takes its lock, decodes it and publishes it as a file; the others wait for the file
+and map it, so each slab is decoded once per host and the processes that did not decode it
+share its pages.
 
 Crash safety, in the order the steps happen:
 
-- A slab is written to a private temporary file, then renamed to its final name. Only
-  final names are ever mapped, so a process dying mid-write leaves a temporary file that
-  nobody reads, never a torn slab. A final file whose size does not match its header is
-  treated as absent, and rewritten.
+- A slab is written to a private temporary file (a *reservation*, ``.tmp-`` in its name),
+  then renamed to its final name. Only final names are ever mapped, so a process dying
+  mid-write leaves a reservation that nobody reads, never a torn slab. The writer holds an
+  ``flock`` on its reservation until the rename; one that nobody holds was left by a dead
+  writer, and the next listing of the folder removes it.
+- A slab file is trusted for nothing: it must be a regular file inside the pool, its header
+  must name this slab of this pool, a dtype without Python objects and the shape (and, with
+  no chunk transform, the dtype) the geometry gives, its size must match, and a CRC-32C over
+  its header and data must hold. Anything else is damage: the file is removed under the
+  slab's lock and the slab decoded again from the archive (the pool is a cache).
 - A slab's lock is an ``flock`` on its lock file, which the kernel drops when its holder
   dies; a waiter then takes it and decodes the slab itself.
 - Each member holds a shared ``flock`` on ``members.lock`` for as long as it is open. A
@@ -21,7 +32,8 @@ Crash safety, in the order the steps happen:
 
 Published bytes are kept within the byte budget by removing the least recently used
 files first. A removed file that a process still maps stays readable to it (the kernel
-keeps its pages until unmapped); the disk space is freed when the last mapping goes.
+keeps its pages until unmapped); the disk space is freed when the last mapping goes. A
+full disk or a file-size limit only stops publishing: the slab is served from the decode.
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ import errno
 import fcntl
 import hashlib
 import json
+import math
+import mmap
 import os
 import shutil
 import uuid
@@ -39,12 +53,25 @@ from typing import Any
 
 import numpy as np
 
+from chute._native import crc32c
+from chute._safe_open import open_regular, read_regular
+from chute.errors import UnsafeFileError
+
 from ._pool import SlabKey
 
-_HEADER = 256  # bytes before the data: magic, then JSON (dtype, shape), space-padded
-_MAGIC = b"CHUTESLB"
+_HEADER = 256  # bytes before the data: magic, CRC-32C, then JSON, space-padded
+_MAGIC = b"CHUTESL2"
+_CRC_END = len(_MAGIC) + 4  # the CRC covers the header from here on, then the data
 _SUFFIX = ".slab"
+_RESERVED = ".tmp-"  # in the name of a slab file being written
 _USAGE_CHECK = 0x5A17_C0DE_5A17_C0DE  # a torn or stray ``usage`` file fails this, and is recounted
+_IDENTITY_LIMIT = 64  # bytes an ``identity`` file may hold: a SHA-256, in hex
+# what stops publishing without stopping the pass: a full disk or quota, a file-size limit
+_NOT_PUBLISHED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class _Damaged(Exception):
+    """A slab file that is not what its name promises."""
 
 
 class SharedChunks:
@@ -53,9 +80,12 @@ class SharedChunks:
     def __init__(self, cache_dir: str, identity: str, budget_bytes: int) -> None:
         if not os.path.isdir(cache_dir):
             raise FileNotFoundError(f"cache_dir {cache_dir!r} is not a directory")
-        digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
-        self.root = os.path.join(cache_dir, f"chute-{digest}")
+        full = hashlib.sha256(identity.encode()).hexdigest()
+        self.digest = full[:20]
+        self.root = os.path.join(cache_dir, f"chute-{self.digest}")
         self.budget_bytes = budget_bytes
+        self.discarded = 0  # damaged slab files this member removed
+        self._identity = full.encode()  # what the folder's ``identity`` file must hold
         self._members = self._join()
 
     # -- membership ------------------------------------------------------------------
@@ -65,7 +95,7 @@ class SharedChunks:
         while True:
             os.makedirs(self.root, exist_ok=True)
             try:
-                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             except FileNotFoundError:  # removed between makedirs and open: try again
                 continue
             try:
@@ -73,22 +103,58 @@ class SharedChunks:
                 alone = True
             except BlockingIOError:
                 alone = False
-            if alone:
-                self._clear_stale()
-            fcntl.flock(fd, fcntl.LOCK_SH)
             try:
-                same = os.fstat(fd).st_ino == os.stat(lock_path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                return fd
+                if alone:
+                    self._clear_stale()
+                    self._write_identity()
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                try:
+                    same = os.fstat(fd).st_ino == os.stat(lock_path).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    self._check_identity()
+                    return fd
+            except BaseException:
+                os.close(fd)
+                raise
             os.close(fd)  # the last member removed the directory meanwhile
 
     def _clear_stale(self) -> None:
         """Remove everything dead members left (alone, so nothing here is in use)."""
         for entry in os.scandir(self.root):
             if entry.name != "members.lock":
-                os.unlink(entry.path)
+                _remove(entry.path)
+
+    def _write_identity(self) -> None:
+        path = os.path.join(self.root, "identity")
+        new = f"{path}.new-{uuid.uuid4().hex}"
+        try:
+            with open(new, "xb") as f:
+                f.write(self._identity)
+            os.replace(new, path)
+        except OSError as exc:  # a full disk: the next joiner writes it
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(new)
+            if exc.errno not in _NOT_PUBLISHED:
+                raise
+
+    def _check_identity(self) -> None:
+        """The folder must say it holds this archive's slabs (written by whoever made it)."""
+        path = os.path.join(self.root, "identity")
+        try:
+            held = read_regular(path, self.root, _IDENTITY_LIMIT)
+        except FileNotFoundError:  # its maker died before writing it
+            self._write_identity()
+            return
+        except UnsafeFileError:
+            held = b""
+        if held != self._identity:
+            raise UnsafeFileError(
+                f"{self.root} holds the slabs of another archive (its identity file does not "
+                "match this one); point cache_dir elsewhere, or remove the folder once no "
+                "process uses it"
+            )
 
     def close(self) -> None:
         """Leave; the last member to leave removes the directory."""
@@ -105,37 +171,82 @@ class SharedChunks:
 
     # -- slabs -----------------------------------------------------------------------
 
-    def _path(self, key: SlabKey) -> str:
-        name = hashlib.sha256(key[0].encode()).hexdigest()[:16]
-        return os.path.join(self.root, f"{name}-{key[1]}")
+    def _name(self, key: SlabKey) -> str:
+        return f"{hashlib.sha256(key[0].encode()).hexdigest()[:16]}-{key[1]}"
 
-    def load(self, key: SlabKey) -> np.ndarray | None:
-        """The published slab, mapped read-only; ``None`` if absent or not whole."""
-        path = self._path(key) + _SUFFIX
+    def load(
+        self,
+        key: SlabKey,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any] | None,
+        *,
+        held: bool = False,
+    ) -> np.ndarray | None:
+        """The published slab, mapped read-only and checked; ``None`` if absent or damaged.
+
+        ``shape`` is what the geometry gives for the slab, ``dtype`` too unless a chunk
+        transform may change it (``None``). With ``held`` (the caller holds the slab's lock,
+        so nobody publishes it meanwhile) a damaged file is removed, to be decoded again.
+        """
+        name = self._name(key)
+        path = os.path.join(self.root, name + _SUFFIX)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            return self._map(path, name, shape, dtype)
         except FileNotFoundError:
             return None
+        except (_Damaged, UnsafeFileError):
+            if held:
+                with self._evict_lock():
+                    _remove(path)
+                self.discarded += 1
+            return None
+
+    def _map(
+        self, path: str, name: str, shape: tuple[int, ...], dtype: np.dtype[Any] | None
+    ) -> np.ndarray:
+        fd = open_regular(path, self.root)
         try:
             size = os.fstat(fd).st_size
             head = os.pread(fd, _HEADER, 0)
-            meta = _parse_header(head)
-            if meta is None:
-                return None
-            dtype, shape = meta
-            if size != _HEADER + int(np.prod(shape)) * dtype.itemsize:
-                return None
-            os.utime(fd)  # most recently used
+            found = self._check_header(head, name, shape, dtype)
+            if size != _HEADER + math.prod(shape) * found.itemsize:
+                raise _Damaged(f"{path}: its size does not match its header")
             if size == _HEADER:
-                return np.zeros(shape, dtype=dtype)
-            mapped: np.ndarray = np.memmap(path, dtype=dtype, mode="r", offset=_HEADER, shape=shape)
-            return mapped
+                data = np.zeros(shape, dtype=found)
+            else:
+                view = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+                data = np.frombuffer(view, found, math.prod(shape), _HEADER).reshape(shape)
+            if crc32c(_bytes_of(data), crc32c(head[_CRC_END:])) != _stored_crc(head):
+                raise _Damaged(f"{path}: its checksum does not match")
+            os.utime(fd)  # most recently used
+            return data
         finally:
             os.close(fd)
 
+    def _check_header(
+        self, head: bytes, name: str, shape: tuple[int, ...], dtype: np.dtype[Any] | None
+    ) -> np.dtype[Any]:
+        """The dtype a slab file's header names, if the header describes this slab."""
+        if len(head) != _HEADER or not head.startswith(_MAGIC):
+            raise _Damaged(f"{name}: no slab header")
+        try:
+            meta = json.loads(head[_CRC_END:])
+            found = np.dtype(meta["dtype"]) if isinstance(meta, dict) else None
+            said = tuple(int(n) for n in meta["shape"]) if isinstance(meta, dict) else ()
+        except (ValueError, TypeError, KeyError, OverflowError) as exc:
+            raise _Damaged(f"{name}: unreadable header ({exc})") from None
+        if found is None or meta.get("slab") != name or meta.get("pool") != self.digest:
+            raise _Damaged(f"{name}: the file of another slab or pool")
+        if found.hasobject or found.subdtype is not None or said != shape:
+            raise _Damaged(f"{name}: header says {found} {said}, the geometry {shape}")
+        if dtype is not None and found.newbyteorder("<") != dtype.newbyteorder("<"):
+            raise _Damaged(f"{name}: header says {found}, the geometry {dtype}")
+        return found
+
     def try_lock(self, key: SlabKey) -> int | None:
         """Take the slab's decode lock without waiting: its fd, or ``None`` if held."""
-        fd = os.open(self._path(key) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        path = os.path.join(self.root, self._name(key) + ".lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -150,28 +261,38 @@ class SharedChunks:
     def publish(self, key: SlabKey, data: np.ndarray) -> None:
         """Write ``data`` for the other processes (the publisher goes on with its own copy,
         whose buffer its pool recycles). A slab that cannot be kept within the budget, or
-        a full disk, is not published."""
+        a full disk or file-size limit, is not published."""
         data = np.ascontiguousarray(data)
-        final = self._path(key) + _SUFFIX
-        tmp = f"{self._path(key)}.tmp-{uuid.uuid4().hex}"
+        name = self._name(key)
+        head = _header(name, self.digest, data)
+        if head is None:  # too many axes to describe in a header: not cached on disk
+            return
+        tmp = os.path.join(self.root, f"{name}{_RESERVED}{uuid.uuid4().hex}")
+        fd = None
         try:
-            if not self._reserve(tmp, _HEADER + data.nbytes):
+            fd = self._reserve(tmp, _HEADER + data.nbytes)
+            if fd is None:
                 return
-            with open(tmp, "r+b") as f:
-                f.write(_header(data))
-                f.write(data.data.cast("B"))
+            with os.fdopen(fd, "r+b", closefd=False) as f:
+                f.write(head)
+                f.write(_bytes_of(data).data)
             with self._evict_lock():  # no reservation lists the folder mid-rename
-                os.replace(tmp, final)  # whole, or not there at all
+                os.replace(tmp, os.path.join(self.root, name + _SUFFIX))  # whole, or not at all
         except OSError as exc:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            if fd is not None:  # still ours: its flock is held
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            if exc.errno in _NOT_PUBLISHED:
                 return
             raise
+        finally:
+            if fd is not None:
+                os.close(fd)  # drops the reservation's flock
 
-    def _reserve(self, tmp: str, nbytes: int) -> bool:
+    def _reserve(self, tmp: str, nbytes: int) -> int | None:
         """Create ``tmp`` at ``nbytes`` once that fits in the budget, removing the least
-        recently used slabs to make room; ``False`` if it cannot fit.
+        recently used slabs to make room; its descriptor, holding its ``flock`` (the mark
+        of a live writer), or ``None`` if it cannot fit.
 
         Files being written count with their final size, so processes publishing at the
         same time cannot overshoot the budget together. The bytes in use are kept in a
@@ -180,49 +301,65 @@ class SharedChunks:
         listing that evicts sets it right.
         """
         if nbytes > self.budget_bytes:
-            return False
+            return None
         with self._evict_lock():
             used = self._read_usage()
             if used is None or used + nbytes > self.budget_bytes:
                 used = self._evict_for(nbytes)
-            fits = used + nbytes <= self.budget_bytes
-            if fits:
-                with open(tmp, "wb") as f:
-                    f.truncate(nbytes)
-                used += nbytes
-            self._write_usage(used)
-            return fits
+            if used + nbytes > self.budget_bytes:
+                self._write_usage(used)
+                return None
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # taken before any listing can see it
+                os.ftruncate(fd, nbytes)
+                self._write_usage(used + nbytes)
+            except BaseException:
+                os.unlink(tmp)
+                os.close(fd)
+                raise
+            return fd
 
     def _evict_for(self, nbytes: int) -> int:
-        """List the folder, remove least recently used slabs until ``nbytes`` more fit
-        with an eighth of the budget to spare (so the next few reservations need no
-        listing), or none is left; return the bytes then in use."""
+        """List the folder, remove the reservations of dead writers, then the least
+        recently used slabs until ``nbytes`` more fit with an eighth of the budget to spare
+        (so the next few reservations need no listing), or none is left; return the bytes
+        then in use."""
         room = nbytes + self.budget_bytes // 8
         files: list[tuple[float, int, str]] = []
         used = 0
         for entry in os.scandir(self.root):
-            if entry.name.endswith(_SUFFIX) or ".tmp-" in entry.name:
-                try:
-                    st = entry.stat()
-                except FileNotFoundError:
-                    continue
-                used += st.st_size
-                if entry.name.endswith(_SUFFIX):
-                    files.append((st.st_mtime, st.st_size, entry.path))
+            slab = entry.name.endswith(_SUFFIX)
+            if not slab and _RESERVED not in entry.name:
+                continue
+            if not slab and _abandoned(entry.path):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            used += st.st_size
+            if slab:
+                files.append((st.st_mtime, st.st_size, entry.path))
         for _, size, path in sorted(files):
             if used + room <= self.budget_bytes:
                 break
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            _remove(path)
             used -= size
         return used
 
     def _read_usage(self) -> int | None:
-        """The bytes in use as last counted, or ``None`` if never counted or unreadable."""
+        """The bytes in use as last counted, or ``None`` if never counted or unreadable
+        (a ``usage`` that is not a small regular file is removed, to be written anew)."""
+        path = os.path.join(self.root, "usage")
         try:
-            with open(os.path.join(self.root, "usage"), "rb") as f:
-                raw = f.read(16)
+            if os.path.islink(path):  # written through with O_NOFOLLOW, which refuses one
+                raise UnsafeFileError(f"{path} is a link")
+            raw = read_regular(path, self.root, 16)
         except FileNotFoundError:
+            return None
+        except UnsafeFileError:
+            _remove(path)
             return None
         if len(raw) != 16:
             return None
@@ -231,7 +368,8 @@ class SharedChunks:
 
     def _write_usage(self, used: int) -> None:
         raw = used.to_bytes(8, "little") + (used ^ _USAGE_CHECK).to_bytes(8, "little")
-        fd = os.open(os.path.join(self.root, "usage"), os.O_WRONLY | os.O_CREAT, 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(os.path.join(self.root, "usage"), flags, 0o644)
         try:
             os.pwrite(fd, raw, 0)
         finally:
@@ -239,9 +377,10 @@ class SharedChunks:
 
     @contextlib.contextmanager
     def _evict_lock(self) -> Iterator[None]:
-        """The pool's one lock for listing, evicting and renaming slabs into place: a
-        listing that raced a rename could miss a slab and overshoot the budget."""
-        lock = os.open(os.path.join(self.root, "evict.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        """The pool's one lock for listing, evicting, removing and renaming slabs into
+        place: a listing that raced a rename could miss a slab and overshoot the budget."""
+        path = os.path.join(self.root, "evict.lock")
+        lock = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
@@ -249,19 +388,58 @@ class SharedChunks:
             os.close(lock)
 
 
-def _header(data: np.ndarray) -> bytes:
-    text = json.dumps({"dtype": data.dtype.str, "shape": list(data.shape)}).encode()
-    head = _MAGIC + text
-    if len(head) > _HEADER:
-        raise ValueError(f"slab of shape {data.shape} has too many axes to cache on disk")
-    return head.ljust(_HEADER, b" ")
-
-
-def _parse_header(head: bytes) -> tuple[np.dtype[Any], tuple[int, ...]] | None:
-    if len(head) != _HEADER or not head.startswith(_MAGIC):
-        return None
+def _abandoned(path: str) -> bool:
+    """Whether the reservation at ``path`` was left by a dead writer (nobody holds its
+    ``flock``: a live writer takes it before releasing the evict lock the caller holds);
+    if so it is removed."""
     try:
-        meta = json.loads(head[len(_MAGIC) :])
-        return np.dtype(meta["dtype"]), tuple(int(n) for n in meta["shape"])
-    except (ValueError, KeyError, TypeError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    except OSError:  # a link or other stray: no writer made it
+        _remove(path)
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    except OSError:  # not lockable: no writer made it
+        pass
+    try:
+        _remove(path)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _remove(path: str) -> None:
+    """Remove whatever is at ``path`` (a folder too), if anything."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _bytes_of(data: np.ndarray) -> np.ndarray:
+    """A contiguous array's bytes, as flat uint8 (any dtype without objects)."""
+    return data.reshape(-1).view(np.uint8)
+
+
+def _stored_crc(head: bytes) -> int:
+    return int.from_bytes(head[len(_MAGIC) : _CRC_END], "little")
+
+
+def _header(name: str, pool: str, data: np.ndarray) -> bytes | None:
+    """The header naming slab ``name`` of ``pool`` and ``data``'s dtype and shape, with the
+    CRC-32C of its own text and the data; ``None`` if that does not fit in the header."""
+    text = json.dumps(
+        {"slab": name, "pool": pool, "dtype": data.dtype.str, "shape": list(data.shape)}
+    ).encode()
+    if _CRC_END + len(text) > _HEADER:
         return None
+    body = text.ljust(_HEADER - _CRC_END, b" ")
+    crc = crc32c(_bytes_of(data), crc32c(body))
+    return _MAGIC + crc.to_bytes(4, "little") + body
