@@ -344,6 +344,21 @@ class ColumnStore:
             F.atomic_write(self._path(F.MANIFEST), data)
 
     # -- finishing -------------------------------------------------------------------------
+    def seal(self) -> None:
+        """Finish without optimizing: close every open step segment and publish `run_rows`.
+
+        What Plättli's `finish(optimize=False)` writes too; the files already hold every
+        row, so the closed segments and `run_rows` only state what is there.
+        """
+        self.close_files()
+        with self.mlock:
+            for name, col in self.cols.items():
+                if not col.explicit and col.rows:
+                    stop = col.start + col.stride * col.rows
+                    seg = {"start": col.start, "stop": stop, "step": col.stride}
+                    self.manifest[name] = {**self.manifest[name], "indices": [seg]}
+        self.flush_manifest(run_rows=max((c.rows for c in self.cols.values()), default=0))
+
     def optimize(self) -> None:
         """Tighten integer dtypes, compress step ranges, flag monotonic columns, set run_rows.
 
