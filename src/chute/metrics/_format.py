@@ -122,12 +122,23 @@ def dump_json(obj: object) -> bytes:
     return json.dumps(obj).encode()
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    """Replace `path` with `data` so readers see the old or the new file, never a torn one."""
+def atomic_write(path: str, data: bytes, durable: bool = False) -> None:
+    """Replace `path` with `data` so readers see the old or the new file, never a torn one.
+
+    `durable`: the new file and its name are synced to stable storage before this returns.
+    """
     tmp = path + TMP_SUFFIX
     with open(tmp, "wb") as f:
         f.write(data)
+        if durable:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if durable:
+        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _segment_list(segs: object) -> list[Any]:
