@@ -54,6 +54,7 @@ def _run_and_kill(kind, path, start, rng):
     os.kill(proc.pid, signal.SIGKILL)
     rest = proc.stdout.read()  # lines printed before the kill are completed steps too
     proc.wait()
+    proc.stdout.close()
     for line in rest.split():
         last = int(line)
     return last
@@ -125,6 +126,7 @@ def test_second_writer_in_another_process_is_refused(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
     w = cm.DirectWriter(tmp_path, step=1)  # the lock died with its process
     w.finish()
 
@@ -257,7 +259,7 @@ def test_kill9_at_every_point_of_resuming_a_finished_run_reads_consistently(tmp_
     w.finish(optimize=layout != "folder", zip=layout == "archive")
     finished, full = _columns(template)
     assert finished and len(full["loss"][0]) == 120
-    kept = {n: (sum(s < 60 for s in steps), steps) for n, (steps, _v) in full.items()}
+    kept = {name: sum(s < 60 for s in steps) for name, (steps, _v) in full.items()}
     states = set()
     for n in range(1, 500):
         run = tmp_path / f"kill{n}"
@@ -266,17 +268,19 @@ def test_kill9_at_every_point_of_resuming_a_finished_run_reads_consistently(tmp_
         assert code in (OK, -signal.SIGKILL), code
         finished, seen = _columns(run)  # any state a kill leaves reads without an error
         states.add((finished, len(seen["loss"][0])))
-        assert cm.Reader(run).verify() == []
+        assert seen.keys() == full.keys(), n
+        with cm.Reader(run) as r:
+            assert r.verify() == [], n
         for name, (steps, values) in seen.items():
             if finished:  # untouched: all 120 rows
                 assert [steps, values] == full[name], (n, name)
             else:  # live: every row below step 60, and beyond it only rows not cut yet
                 rows = len(steps)
-                assert rows >= kept[name][0], (n, name)
+                assert rows >= kept[name], (n, name)
                 assert [steps, values] == [full[name][0][:rows], full[name][1][:rows]], (n, name)
         cm.DirectWriter(run, step=60, allow_resume_finalized=True).finish()  # resume again
         assert _columns(run)[1] == {
-            name: [steps[: kept[name][0]], values[: kept[name][0]]]
+            name: [steps[: kept[name]], values[: kept[name]]]
             for name, (steps, values) in full.items()
         }
         if code == OK:  # the resume ran to the end: every point before it was a kill

@@ -45,6 +45,7 @@ def _crash(kind, path, hotsize=4):
     done = int(proc.stdout.readline())
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    proc.stdout.close()
     return done
 
 
@@ -209,6 +210,11 @@ def test_junk_line_in_a_jsonl_column_is_damage(tmp_path):
         r.metric("note")
 
 
+def _verify(path):
+    with cm.Reader(path) as r:
+        return r.verify()
+
+
 def _flip(path, rng):
     data = bytearray(path.read_bytes())
     with zipfile.ZipFile(path) as zf:
@@ -223,9 +229,9 @@ def _flip(path, rng):
 @pytest.mark.parametrize("seed", range(12))
 def test_verify_finds_bit_flips_in_a_finished_archive(tmp_path, seed):
     _closed_run(tmp_path, finish=True)
-    assert cm.Reader(tmp_path).verify() == []
+    assert _verify(tmp_path) == []
     member = _flip(tmp_path / "metrics.plattli", random.Random(seed))
-    problems = cm.Reader(tmp_path).verify()
+    problems = _verify(tmp_path)
     assert any(member in p and "CRC-32" in p for p in problems), problems
     with pytest.raises(cm.CorruptRunError, match=member):
         cm.Reader(tmp_path, verify=True)
@@ -305,7 +311,7 @@ _CUTS = {  # victim: [(file, bytes kept)], the metric read, what the error names
 def test_cut_column_of_a_finished_run_is_damage_not_fewer_rows(tmp_path, victim, layout):
     cuts, name, named = _CUTS[victim]
     _finished_run(tmp_path, optimize=layout == "optimized", zip_=layout == "archive")
-    assert cm.Reader(tmp_path).verify() == []
+    assert _verify(tmp_path) == []
     for member, keep in cuts:
         _cut(tmp_path, member, keep)
     with cm.Reader(tmp_path) as r:
