@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import numpy as np
 import pytest
 
 import chute.metrics as cm
+
+from ..store.isolate import OK, run_isolated
 
 _WRITER = """
 import sys
@@ -51,6 +54,7 @@ def _run_and_kill(kind, path, start, rng):
     os.kill(proc.pid, signal.SIGKILL)
     rest = proc.stdout.read()  # lines printed before the kill are completed steps too
     proc.wait()
+    proc.stdout.close()
     for line in rest.split():
         last = int(line)
     return last
@@ -122,6 +126,7 @@ def test_second_writer_in_another_process_is_refused(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
     w = cm.DirectWriter(tmp_path, step=1)  # the lock died with its process
     w.finish()
 
@@ -199,3 +204,87 @@ def test_writer_promotion_visible_to_long_lived_reader(tmp_path):
     _steps, vals = r.metric("x")  # the f32 file is gone: the reader refreshes and retries
     assert vals.tolist() == [1.5, 2.5] and vals.dtype == np.float64
     w.close()
+
+
+# -- kill -9 while resuming a finished run ------------------------------------------------------
+_CHANGES = {"os.truncate", "os.rename", "os.remove", "os.rmdir", "os.mkdir", "shutil.rmtree"}
+_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC
+
+
+def _changes_files(event, args):
+    """Whether an audit event is a call that changes the filesystem (open for writing too)."""
+    if event == "open":
+        flags = args[2] if isinstance(args[2], int) else 0
+        return bool(flags & _WRITES) or any(c in (args[1] or "") for c in "wax+")
+    return event in _CHANGES
+
+
+def _resume_killed_at(path, n):
+    """Resume the run at `path` from step 60 in a forked child that SIGKILLs itself right before
+    its `n`-th file-changing call; returns the child's exit (-9: it was killed)."""
+
+    def child():
+        calls = 0
+
+        def hook(event, args):
+            nonlocal calls
+            if _changes_files(event, args):
+                calls += 1
+                if calls == n:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        sys.addaudithook(hook)
+        cm.DirectWriter(path, step=60, allow_resume_finalized=True).close()
+        return OK
+
+    return run_isolated(child)
+
+
+def _columns(path):
+    with cm.Reader(path) as r:
+        return r.finished, {n: [a.tolist() for a in r.metric(n)] for n in r.metrics()}
+
+
+@pytest.mark.parametrize("layout", ["archive", "optimized folder", "folder"])
+def test_kill9_at_every_point_of_resuming_a_finished_run_reads_consistently(tmp_path, layout):
+    template = tmp_path / "finished"
+    w = cm.DirectWriter(template)
+    for s in range(120):
+        w.write(loss=float(s), note={"s": s})
+        if s % 2 == 0:
+            w.write(ev=s)
+        if s % 7 in (0, 1, 3):  # irregular: explicit steps
+            w.write(irr=s)
+        w.end_step()
+    w.finish(optimize=layout != "folder", zip=layout == "archive")
+    finished, full = _columns(template)
+    assert finished and len(full["loss"][0]) == 120
+    kept = {name: sum(s < 60 for s in steps) for name, (steps, _v) in full.items()}
+    states = set()
+    for n in range(1, 500):
+        run = tmp_path / f"kill{n}"
+        shutil.copytree(template, run)
+        code = _resume_killed_at(run, n)
+        assert code in (OK, -signal.SIGKILL), code
+        finished, seen = _columns(run)  # any state a kill leaves reads without an error
+        states.add((finished, len(seen["loss"][0])))
+        assert seen.keys() == full.keys(), n
+        with cm.Reader(run) as r:
+            assert r.verify() == [], n
+        for name, (steps, values) in seen.items():
+            if finished:  # untouched: all 120 rows
+                assert [steps, values] == full[name], (n, name)
+            else:  # live: every row below step 60, and beyond it only rows not cut yet
+                rows = len(steps)
+                assert rows >= kept[name], (n, name)
+                assert [steps, values] == [full[name][0][:rows], full[name][1][:rows]], (n, name)
+        cm.DirectWriter(run, step=60, allow_resume_finalized=True).finish()  # resume again
+        assert _columns(run)[1] == {
+            name: [steps[: kept[name]], values[: kept[name]]]
+            for name, (steps, values) in full.items()
+        }
+        if code == OK:  # the resume ran to the end: every point before it was a kill
+            break
+    else:
+        raise AssertionError("the resume never completed")
+    assert {(True, 120), (False, 120), (False, 60)} <= states  # before, between, after cuts

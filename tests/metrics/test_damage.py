@@ -45,6 +45,7 @@ def _crash(kind, path, hotsize=4):
     done = int(proc.stdout.readline())
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    proc.stdout.close()
     return done
 
 
@@ -209,6 +210,11 @@ def test_junk_line_in_a_jsonl_column_is_damage(tmp_path):
         r.metric("note")
 
 
+def _verify(path):
+    with cm.Reader(path) as r:
+        return r.verify()
+
+
 def _flip(path, rng):
     data = bytearray(path.read_bytes())
     with zipfile.ZipFile(path) as zf:
@@ -223,9 +229,9 @@ def _flip(path, rng):
 @pytest.mark.parametrize("seed", range(12))
 def test_verify_finds_bit_flips_in_a_finished_archive(tmp_path, seed):
     _closed_run(tmp_path, finish=True)
-    assert cm.Reader(tmp_path).verify() == []
+    assert _verify(tmp_path) == []
     member = _flip(tmp_path / "metrics.plattli", random.Random(seed))
-    problems = cm.Reader(tmp_path).verify()
+    problems = _verify(tmp_path)
     assert any(member in p and "CRC-32" in p for p in problems), problems
     with pytest.raises(cm.CorruptRunError, match=member):
         cm.Reader(tmp_path, verify=True)
@@ -245,3 +251,99 @@ def test_verify_cli_and_folder_checks(tmp_path, capsys):
     hot.write_bytes(b'{"step": 10, "loss": 1.0}\nnot json\n{"step": 11, "loss": 2.0}\n')
     assert main(["verify", str(tmp_path / "b")]) == 1
     assert "hot.jsonl:2" in capsys.readouterr().out
+
+
+def _finished_run(path, optimize, zip_):
+    """loss: 39 rows (a gap at step 5: explicit steps); note, ev: every other step (20 rows)."""
+    w = cm.DirectWriter(path)
+    for s in range(40):
+        if s != 5:
+            w.write(loss=np.float32(s))
+        if s % 2 == 0:
+            w.write(note={"s": s}, ev=s)
+        w.end_step()
+    w.finish(optimize=optimize, zip=zip_)
+
+
+def _cut(path, member, keep):
+    """Keep the first `keep` bytes of a column file of a folder, or of an archive's member;
+    `keep` may be a function of the file's bytes."""
+    z = path / "metrics.plattli"
+    if not z.exists():
+        f = path / "plattli" / member
+        data = f.read_bytes()
+        f.write_bytes(data[: keep(data) if callable(keep) else keep])
+        return
+    with zipfile.ZipFile(z) as zin:
+        members = {n: zin.read(n) for n in zin.namelist()}
+    data = members[member]
+    members[member] = data[: keep(data) if callable(keep) else keep]
+    with zipfile.ZipFile(z, "w") as zout:
+        for n, data in members.items():
+            zout.writestr(n, data)
+
+
+def _lines(n, extra=0):
+    """Where line `n` (from 0) of a file starts, plus `extra` bytes."""
+    return lambda data: len(b"".join(data.split(b"\n")[:n])) + n + extra
+
+
+_CUTS = {  # victim: [(file, bytes kept)], the metric read, what the error names
+    "values": ([("loss.f32", 20 * 4)], "loss", "loss.f32"),
+    "torn value": ([("loss.f32", 20 * 4 + 2)], "loss", "loss.f32"),
+    "json lines": ([("note.jsonl", _lines(10))], "note", "note.jsonl"),
+    "torn json": ([("note.jsonl", _lines(10, 3))], "note", "note.jsonl"),
+    # Both files of the longest column cut alike: only run_rows tells.
+    "values and steps": ([("loss.f32", 20 * 4), ("loss.indices", 20 * 4)], "ev", "run_rows"),
+}
+
+
+@pytest.mark.parametrize(
+    ("victim", "layout"),
+    [
+        (victim, layout)
+        for victim in sorted(_CUTS)
+        for layout in ("optimized", "folder", "archive")
+        # Optimizing turns every column's steps into ranges: no step file left to cut.
+        if layout == "folder" or victim != "values and steps"
+    ],
+)
+def test_cut_column_of_a_finished_run_is_damage_not_fewer_rows(tmp_path, victim, layout):
+    cuts, name, named = _CUTS[victim]
+    _finished_run(tmp_path, optimize=layout == "optimized", zip_=layout == "archive")
+    assert _verify(tmp_path) == []
+    for member, keep in cuts:
+        _cut(tmp_path, member, keep)
+    with cm.Reader(tmp_path) as r:
+        assert r.finished
+        for read in (
+            lambda: r.metric(name),
+            lambda: r.rows(name),
+            lambda: r.metric(name, idx=-1),
+            lambda: r.table([name, "ev"]),
+        ):
+            with pytest.raises(cm.CorruptRunError, match=named):
+                read()
+        problems = r.verify()
+    assert [p for p in problems if named in p], problems
+    with pytest.raises(cm.CorruptRunError, match=named):
+        cm.Reader(tmp_path, verify=True)
+    assert main(["verify", str(tmp_path)]) == 1
+
+
+def test_cut_files_of_a_live_run_still_read_as_their_committed_rows(tmp_path):
+    """A live run's tails may be torn or not yet indexed (a writer is appending, or crashed)."""
+    w = cm.DirectWriter(tmp_path)
+    for s in range(40):
+        if s != 5:
+            w.write(loss=np.float32(s))
+        if s % 2 == 0:
+            w.write(note={"s": s}, ev=s)
+        w.end_step()
+    w.close()  # not finished
+    _cut(tmp_path, "loss.f32", 20 * 4 + 2)
+    _cut(tmp_path, "note.jsonl", _lines(10, 3))
+    with cm.Reader(tmp_path) as r:
+        assert not r.finished
+        assert r.rows("loss") == 20 and r.rows("note") == 10 and r.rows("ev") == 20
+        assert r.verify() == []

@@ -5,6 +5,7 @@ Where chute deliberately differs, the test pins both behaviours (docs/coming-fro
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -437,6 +438,32 @@ def test_python_floats_are_doubles_and_plattli_reads_them(tmp_path):
     w.finish(zip=False)
     with plattli.Reader(tmp_path / "f32") as r:
         assert r.manifest()["a"]["dtype"] == "f32" and r.metric("a")[1].tolist() == [1.0, 2.5]
+
+
+@pytest.mark.parametrize("kind", ["direct", "compacting", "bulk"])
+def test_finish_without_optimize_is_finished_like_plattli(tmp_path, kind, capsys):
+    def log(lib, path):
+        w = _writer(lib, kind, path)
+        for s in range(7):
+            w.write(loss=float(s))
+            if s % 2 == 0:
+                w.write(ev=s)
+            if s in (0, 1, 5):
+                w.write(irr=s)
+            w.end_step()
+        w.finish(optimize=False, zip=False)
+        raw = json.loads((path / "plattli" / "plattli.json").read_bytes())
+        with cm.Reader(path) as r:
+            return r.finished, raw.get("run_rows"), [raw[n]["indices"] for n in r.metrics()]
+
+    ref, ours = _both(tmp_path, log)
+    assert ref[:2] == ours[:2] == (True, 7)
+    for spec in ours[2]:  # no open segment left: every step is fixed
+        assert spec == "indices" or all("stop" in seg for seg in spec), spec
+    assert_readers_agree(tmp_path / "ours")
+    assert main(["ls", str(tmp_path)]) == 0  # the folder of both runs
+    states = [ln.split()[:2] for ln in capsys.readouterr().out.splitlines()[1:]]
+    assert states == [["ours", "finished"], ["ref", "finished"]]
 
 
 # -- command line ------------------------------------------------------------------------------

@@ -102,8 +102,7 @@ class BulkWriter(Steps):
         if optimize:
             store.optimize()
         else:
-            store.close_files()
-            store.flush_manifest()
+            store.seal()
         self._stage_config(staging)
         if overrides:
             _config.override(staging, overrides)

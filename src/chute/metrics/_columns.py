@@ -105,6 +105,7 @@ class ColumnStore:
         store._remove_temps()
         mpath = os.path.join(pdir, F.MANIFEST)
         dropped: list[tuple[str, str]] = []
+        cuts: list[tuple[str, int]] = []
         if os.path.exists(mpath):
             with open(mpath, "rb") as f:
                 manifest = F.load_manifest(f.read())
@@ -112,8 +113,23 @@ class ColumnStore:
             for name in F.metric_names(manifest):
                 if not hot:
                     store._check_files(name, manifest[name])
-                if not store._recover_column(name, manifest[name], resume_step):
+                col_cuts = store._recover_column(name, manifest[name], resume_step)
+                if col_cuts is None:
                     dropped.append((name, manifest[name]["dtype"]))
+                    continue
+                cuts += [(r, n) for r, n in col_cuts if os.path.getsize(store._path(r)) != n]
+            if cuts:
+                # The one place a resume cuts committed rows. A kill can stop it anywhere, so
+                # first the manifest of the cut run (live: no run_rows, no closed segments; the
+                # rows it implies are a prefix of every file, cut or not) replaces the old
+                # one durably; only then are files cut. Every state a crash leaves is then the
+                # untouched run or a live run with each column read whole or already cut; the
+                # other order leaves a finished manifest promising rows a cut file lost.
+                store.flush_manifest(durable=True)
+                for rel, n in cuts:
+                    os.truncate(store._path(rel), n)
+            for name, col in store.cols.items():
+                set_flag(store.manifest[name], col.mono.flag())
         store._merge_hot(resume_step)
         store.flush_manifest()
         for name, code in dropped:  # only once no manifest names them
@@ -147,8 +163,15 @@ class ColumnStore:
     def _path(self, rel: str) -> str:
         return os.path.join(self.pdir, rel)
 
-    def _recover_column(self, name: str, entry: dict[str, Any], resume_step: int) -> bool:
-        """Cut a column at `resume_step` and repair torn tails; False if no rows remain."""
+    def _recover_column(
+        self, name: str, entry: dict[str, Any], resume_step: int
+    ) -> list[tuple[str, int]] | None:
+        """Plan the cut of a column at `resume_step` (and of its torn tails): its entry in the
+        new manifest, and the (file, length) cuts `open` makes once that is published.
+
+        None when no rows remain. A monotonic flag that the rows to be cut do not share is
+        left out until they are cut.
+        """
         code = entry.get("dtype")
         if code not in F.DTYPE_CODES:
             raise ValueError(f"metric {name!r} has unknown dtype {code!r} in {self.pdir}")
@@ -166,7 +189,7 @@ class ColumnStore:
         n = min(len(values), len(steps))
         n = int(np.searchsorted(steps[:n], resume_step, side="left"))
         if n == 0:
-            return False
+            return None
         steps, values = steps[:n], values[:n]
         col = Column(code, n, int(steps[-1]), explicit=spec == "indices" or len(segs) > 1)
         if not col.explicit:
@@ -176,14 +199,19 @@ class ColumnStore:
         if code != F.JSONL:
             col.mono.add_array(values)
         self.cols[name] = col
-        self._truncate(F.value_file(name, code), _raw(code, values))
-        if col.explicit:
-            self._truncate(F.index_file(name), steps.astype(F.INDEX_DTYPE).tobytes())
+        nbytes = sum(len(v) + 1 for v in values) if code == F.JSONL else values.nbytes
+        cuts = [(F.value_file(name, code), int(nbytes))]
+        index = steps.astype(F.INDEX_DTYPE).tobytes()
+        if spec == "indices":
+            cuts.append((F.index_file(name), len(index)))
+        elif col.explicit:  # ranges become a file, written whole before a manifest names it
+            F.atomic_write(self._path(F.index_file(name)), index, durable=True)
         elif os.path.exists(self._path(F.index_file(name))):
             os.unlink(self._path(F.index_file(name)))  # a switch to explicit cut by a crash
         self.manifest[name] = {"indices": col.spec(), "dtype": code}
-        set_flag(self.manifest[name], col.mono.flag())
-        return True
+        flag = col.mono.flag()
+        set_flag(self.manifest[name], flag if flag == entry.get("monotonic") else None)
+        return cuts
 
     def _read_values(self, name: str, code: str) -> np.ndarray[Any, Any]:
         path = self._path(F.value_file(name, code))
@@ -335,15 +363,31 @@ class ColumnStore:
         self.flush_manifest()
         os.unlink(self._path(F.value_file(name, old)))
 
-    def flush_manifest(self, **meta: Any) -> None:
-        """Atomically publish the manifest (stamped with `when_exported`)."""
+    def flush_manifest(self, durable: bool = False, **meta: Any) -> None:
+        """Atomically publish the manifest (stamped with `when_exported`); `durable`: on
+        stable storage when this returns, not only in the page cache."""
         with self.mlock:
             self.manifest.update(meta)
             self.manifest["when_exported"] = F.timestamp()
             data = F.dump_json(self.manifest)
-            F.atomic_write(self._path(F.MANIFEST), data)
+            F.atomic_write(self._path(F.MANIFEST), data, durable)
 
     # -- finishing -------------------------------------------------------------------------
+    def seal(self) -> None:
+        """Finish without optimizing: close every open step segment and publish `run_rows`.
+
+        What Plättli's `finish(optimize=False)` writes too; the files already hold every
+        row, so the closed segments and `run_rows` only state what is there.
+        """
+        self.close_files()
+        with self.mlock:
+            for name, col in self.cols.items():
+                if not col.explicit and col.rows:
+                    stop = col.start + col.stride * col.rows
+                    seg = {"start": col.start, "stop": stop, "step": col.stride}
+                    self.manifest[name] = {**self.manifest[name], "indices": [seg]}
+        self.flush_manifest(run_rows=max((c.rows for c in self.cols.values()), default=0))
+
     def optimize(self) -> None:
         """Tighten integer dtypes, compress step ranges, flag monotonic columns, set run_rows.
 
@@ -418,14 +462,6 @@ class ColumnStore:
         fd = self._fds.pop(rel, None)
         if fd is not None:
             os.close(fd)
-
-    def _truncate(self, rel: str, data: bytes) -> None:
-        """Cut a file to exactly `data`, a prefix of what it holds (recovery, resume)."""
-        path = self._path(rel)
-        if os.path.exists(path) and os.path.getsize(path) >= len(data):
-            os.truncate(path, len(data))
-        else:
-            F.atomic_write(path, data)
 
     def _delete_files(self, name: str, code: str) -> None:
         for rel in (F.value_file(name, code), F.index_file(name)):

@@ -122,12 +122,41 @@ def dump_json(obj: object) -> bytes:
     return json.dumps(obj).encode()
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    """Replace `path` with `data` so readers see the old or the new file, never a torn one."""
+def atomic_write(path: str, data: bytes, durable: bool = False) -> None:
+    """Replace `path` with `data` so readers see the old or the new file, never a torn one.
+
+    `durable`: the new file and its name are synced to stable storage before this returns.
+    """
     tmp = path + TMP_SUFFIX
     with open(tmp, "wb") as f:
         f.write(data)
+        if durable:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if durable:
+        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _segment_list(segs: object) -> list[Any]:
+    return [segs] if isinstance(segs, Mapping) else list(segs)  # type: ignore[call-overload]
+
+
+def _bounds(seg: Any, open_rows: int | None) -> tuple[int, int, int]:
+    """(start, stop, step) of one segment; an open one (no `stop`) takes `open_rows` rows."""
+    start, step = int(seg["start"]), int(seg.get("step", 1))
+    if seg.get("stop") is not None:
+        stop = int(seg["stop"])
+    elif open_rows is not None:
+        stop = start + step * max(open_rows, 0)
+    else:
+        raise ValueError(f"open index segment {seg!r} needs a row count")
+    if step <= 0 or start < 0 or stop > MAX_STEP + 1:
+        raise ValueError(f"invalid index segment {seg!r}")
+    return start, max(stop, start), step
 
 
 def segments_to_steps(segs: object, rows_hint: int | None = None) -> np.ndarray[Any, Any]:
@@ -135,24 +164,32 @@ def segments_to_steps(segs: object, rows_hint: int | None = None) -> np.ndarray[
 
     An open final segment (no `stop`) takes as many rows as `rows_hint` leaves for it.
     """
-    seg_list = [segs] if isinstance(segs, Mapping) else list(segs)  # type: ignore[call-overload]
+    seg_list = _segment_list(segs)
     parts: list[np.ndarray[Any, Any]] = []
     total = 0
     for i, seg in enumerate(seg_list):
-        start, step = int(seg["start"]), int(seg.get("step", 1))
-        if seg.get("stop") is not None:
-            stop = int(seg["stop"])
-        elif i == len(seg_list) - 1 and rows_hint is not None:
-            stop = start + step * max(rows_hint - total, 0)
-        else:
-            raise ValueError(f"open index segment {seg!r} needs a row count")
-        if step <= 0 or start < 0 or stop > MAX_STEP + 1:
-            raise ValueError(f"invalid index segment {seg!r}")
-        parts.append(np.arange(start, max(stop, start), step, dtype=INDEX_DTYPE))
+        open_rows = rows_hint - total if rows_hint is not None and i == len(seg_list) - 1 else None
+        parts.append(np.arange(*_bounds(seg, open_rows), dtype=INDEX_DTYPE))
         total += len(parts[-1])
     if len(parts) == 1:
         return parts[0]
     return np.concatenate(parts) if parts else np.zeros(0, INDEX_DTYPE)
+
+
+def segment_rows(segs: object) -> int:
+    """How many steps closed segments hold, without expanding them."""
+    total = 0
+    for seg in _segment_list(segs):
+        start, stop, step = _bounds(seg, None)
+        total += -(-(stop - start) // step)
+    return total
+
+
+def closed(spec: object) -> bool:
+    """Whether an index spec fixes every step (no open final segment)."""
+    if spec == "indices":
+        return True
+    return all(isinstance(s, Mapping) and s.get("stop") is not None for s in _segment_list(spec))
 
 
 def promises_rows(spec: object) -> bool:

@@ -19,7 +19,14 @@ from ._dtypes import natural_code
 from ._hot import parse_rows
 from ._select import Selection, cast, select
 from ._source import DirSource, Source, ZipSource
-from ._verify import archive_problems, column_problems, raise_if
+from ._verify import (
+    RunRowsCutError,
+    archive_problems,
+    column_problems,
+    cut_problem,
+    raise_if,
+    run_rows_problem,
+)
 
 T = TypeVar("T")
 DTypeArg = str | np.dtype[Any] | type
@@ -143,7 +150,8 @@ class Reader(Closing):
         self._manifest: dict[str, Any] | None = None
         self._manifest_raw = b""
         self._hot: dict[str, tuple[list[int], list[Any]]] | None = None
-        self._jsonl: dict[str, tuple[int, list[Any]]] = {}
+        self._jsonl: dict[str, tuple[int, list[Any], bool]] = {}
+        self._run_rows_ok = False
         self._segments: dict[tuple[str, int], np.ndarray[Any, Any]] = {}
         if verify:
             try:
@@ -156,7 +164,8 @@ class Reader(Closing):
         """Check what the default read does not; returns the problems found ([] if none).
 
         Archive members against their CRC-32, every hot-log line, every column's files
-        (present, steps increasing, and for a finished run sizes matching the steps).
+        (present, steps increasing; in a finished run, as every read checks too, rows
+        agreeing with the steps and `run_rows`).
         `Reader(path, verify=True)` raises `CorruptRunError` listing them instead.
 
         >>> import tempfile, chute.metrics as cm
@@ -173,17 +182,17 @@ class Reader(Closing):
             manifest = self._raw_manifest()
         except CorruptRunError as e:
             return [*problems, str(e)]
-        finished = self.finished
         for name in F.metric_names(manifest):
             try:
-                code, entry = self._entry(name)
+                code = self._entry(name)[0]
                 steps = self._read(name, Selection())[0]
                 if code == F.JSONL:
                     self._jsonl_values(name)
             except (CorruptRunError, ValueError, _Stale) as e:
-                problems.append(f"metric {name!r}: {e}")
+                msg = str(e) if isinstance(e, RunRowsCutError) else f"metric {name!r}: {e}"
+                problems += [msg] if msg not in problems else []  # the run's, once
                 continue
-            problems += column_problems(self._src, name, entry or {}, steps, finished)
+            problems += column_problems(name, steps)
         return problems
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -193,7 +202,7 @@ class Reader(Closing):
 
     def refresh(self) -> None:
         """Drop cached metadata to pick up new metrics, hot rows and config of a live run."""
-        self._manifest, self._hot = None, None
+        self._manifest, self._hot, self._run_rows_ok = None, None, False
         self._jsonl.clear()
         self._segments.clear()
 
@@ -260,8 +269,8 @@ class Reader(Closing):
         best, probes = 0, []
         for name in F.metric_names(m):
             spec, code = m[name].get("indices", "indices"), m[name].get("dtype")
-            if spec != "indices" and _closed(spec):
-                best = max(best, len(F.segments_to_steps(spec)))
+            if spec != "indices" and F.closed(spec):
+                best = max(best, F.segment_rows(spec))
             elif code in F.NUMERIC_DTYPES:
                 probes.append(name)
         if probes and nprobes > 0:
@@ -417,14 +426,18 @@ class Reader(Closing):
         return out
 
     def _jsonl_values(self, name: str) -> list[Any]:
+        return self._jsonl_column(name)[1]
+
+    def _jsonl_column(self, name: str) -> tuple[int, list[Any], bool]:
+        """(file size, values, whether a torn last line was left out) of a JSON column."""
         rel = F.value_file(name, F.JSONL)
         size = self._size(name, rel)
         cached = self._jsonl.get(name)
         if cached is None or cached[0] != size:
             data = self._src.read(rel, 0, size) or b""
-            lines = data.split(b"\n")[:-1]  # an unterminated last line is a torn append
+            lines = data.split(b"\n")  # an unterminated last line is a torn append
             vals = []
-            for lineno, line in enumerate(lines, 1):
+            for lineno, line in enumerate(lines[:-1], 1):
                 try:
                     vals.append(json.loads(line))
                 except ValueError:
@@ -434,8 +447,8 @@ class Reader(Closing):
                         path=where,
                         line=lineno,
                     ) from None
-            self._jsonl[name] = cached = (size, vals)
-        return cached[1]
+            self._jsonl[name] = cached = (size, vals, lines[-1] != b"")
+        return cached
 
     def _size(self, name: str, rel: str) -> int:
         """Size of a file the manifest names; its absence is damage unless a writer moved it."""
@@ -457,10 +470,13 @@ class Reader(Closing):
             path=where,
         )
 
-    def _value_rows(self, name: str, code: str) -> int:
+    def _value_rows(self, name: str, code: str) -> tuple[int, bool]:
+        """(whole values a column file holds, whether a torn partial value follows them)."""
         if code == F.JSONL:
-            return len(self._jsonl_values(name))
-        return self._size(name, F.value_file(name, code)) // F.NUMERIC_DTYPES[code].itemsize
+            _size, vals, torn = self._jsonl_column(name)
+            return len(vals), torn
+        size, itemsize = self._size(name, F.value_file(name, code)), F.NUMERIC_DTYPES[code].itemsize
+        return size // itemsize, size % itemsize > 0
 
     def _col_extent(
         self, name: str, code: str, entry: dict[str, Any] | None
@@ -468,19 +484,43 @@ class Reader(Closing):
         """(columnar row count, their steps)."""
         if entry is None:
             return 0, _EMPTY_STEPS
-        nvals = self._value_rows(name, code)
+        nvals, torn = self._value_rows(name, code)
         spec = entry.get("indices", "indices")
         if spec == "indices":
-            self._size(name, F.index_file(name))
+            torn = torn or self._size(name, F.index_file(name)) % F.INDEX_DTYPE.itemsize > 0
             steps = self._src.array(F.index_file(name), F.INDEX_DTYPE, 0, -1)
         else:
             steps = self._expand(spec, nvals)
-        n = min(nvals, len(steps))
+        n = self._agree(name, code, nvals, len(steps), torn)
         return n, steps[:n]
+
+    def _agree(self, name: str, code: str, nvals: int, nsteps: int, torn: bool) -> int:
+        """Rows of a column: its values that have steps.
+
+        A live run may hold a torn or not yet indexed tail, which is left out. A finished
+        run's files, steps and `run_rows` must agree exactly: a cut column is damage.
+        """
+        if self.finished:
+            m, where = self._raw_manifest(), self._src.where(F.value_file(name, code))
+            problem = cut_problem(where, nvals, nsteps, torn, m.get("run_rows"))
+            if problem:
+                self._damaged(CorruptRunError(problem, path=where))
+            if not self._run_rows_ok:
+                problem = run_rows_problem(self._src, m)
+                if problem:
+                    self._damaged(RunRowsCutError(problem, path=self._src.where(F.MANIFEST)))
+                self._run_rows_ok = True
+        return min(nvals, nsteps)
+
+    def _damaged(self, error: CorruptRunError) -> None:
+        """Raise damage, unless a live writer changed the manifest since it was cached."""
+        if self._src.live and self._src.read(F.MANIFEST) != self._manifest_raw:
+            raise _Stale
+        raise error
 
     def _expand(self, spec: Any, nvals: int) -> np.ndarray[Any, Any]:
         """Segment expansion, shared (read-only) by metrics with the same index layout."""
-        key = (json.dumps(spec, sort_keys=True), nvals if not _closed(spec) else -1)
+        key = (json.dumps(spec, sort_keys=True), nvals if not F.closed(spec) else -1)
         steps = self._segments.get(key)
         if steps is None:
             if len(self._segments) >= _SEGMENT_CACHE:
@@ -506,7 +546,7 @@ class Reader(Closing):
         Steps of such a column are derived from the manifest; a writer that changed the
         cadence after our manifest snapshot has appended rows the snapshot would mislabel.
         """
-        if entry is None or not self._src.live or _closed(entry.get("indices", "indices")):
+        if entry is None or not self._src.live or F.closed(entry.get("indices", "indices")):
             return
         raw = self._src.read(F.MANIFEST) or b"{}"
         if raw == self._manifest_raw:
@@ -568,18 +608,19 @@ class Reader(Closing):
         """Columnar row count and a step lookup, touching only file sizes and single rows."""
         if entry is None:
             return 0, int
-        nvals = self._value_rows(name, code)
+        nvals, torn = self._value_rows(name, code)
         spec = entry.get("indices", "indices")
         if spec != "indices":
             steps = self._expand(spec, nvals)
-            return min(nvals, len(steps)), steps.__getitem__
+            return self._agree(name, code, nvals, len(steps), torn), steps.__getitem__
         rel = F.index_file(name)
-        nidx = self._size(name, rel) // F.INDEX_DTYPE.itemsize
+        isize = self._size(name, rel)
+        nidx, torn = isize // F.INDEX_DTYPE.itemsize, torn or isize % F.INDEX_DTYPE.itemsize > 0
 
         def step_at(i: int) -> Any:
             return self._src.array(rel, F.INDEX_DTYPE, i, 1)[0]
 
-        return min(nvals, nidx), step_at
+        return self._agree(name, code, nvals, nidx, torn), step_at
 
 
 class _Stale(RuntimeError):
@@ -604,14 +645,6 @@ def _intersect_sorted(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.nd
     pos = np.minimum(np.searchsorted(b, a), len(b) - 1)
     out: np.ndarray[Any, Any] = a[b[pos] == a]
     return out
-
-
-def _closed(spec: Any) -> bool:
-    """Whether an index spec fixes every step (no open final segment)."""
-    if spec == "indices":
-        return True
-    segs = [spec] if isinstance(spec, dict) else spec
-    return all(isinstance(s, dict) and s.get("stop") is not None for s in segs)
 
 
 def _objects(values: list[Any]) -> np.ndarray[Any, Any]:

@@ -75,8 +75,7 @@ class StreamingWriter(Steps, Closing):
         if optimize:
             self._store.optimize()
         else:
-            self._store.close_files()
-            self._store.flush_manifest()
+            self._store.seal()
         if overrides:
             _config.override(self._pdir, overrides)
         if zip:

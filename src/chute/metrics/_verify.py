@@ -34,32 +34,60 @@ def archive_problems(src: Source) -> list[str]:
     return out
 
 
-def column_problems(
-    src: Source, name: str, entry: dict[str, Any], steps: np.ndarray[Any, Any], finished: bool
-) -> list[str]:
-    """A column's steps must strictly increase; a finished run's files must agree exactly."""
-    out = []
+def column_problems(name: str, steps: np.ndarray[Any, Any]) -> list[str]:
+    """A column's steps must strictly increase."""
     if len(steps) > 1 and not bool(np.all(steps[1:] > steps[:-1])):
-        out.append(f"metric {name!r}: steps do not strictly increase")
-    code = str(entry.get("dtype"))
-    if not finished or code == F.JSONL:
-        return out
-    itemsize = F.NUMERIC_DTYPES[code].itemsize
-    vsize = src.size(F.value_file(name, code)) or 0
-    spec = entry.get("indices", "indices")
-    if spec == "indices":
-        expect = (src.size(F.index_file(name)) or 0) // F.INDEX_DTYPE.itemsize
-    else:
-        try:
-            expect = len(F.segments_to_steps(spec, rows_hint=vsize // itemsize))
-        except (ValueError, TypeError, KeyError) as e:
-            return [*out, f"metric {name!r}: bad step ranges in the manifest ({e})"]
-    if vsize != expect * itemsize:
-        out.append(
-            f"{src.where(F.value_file(name, code))}: {vsize} bytes, the steps need "
-            f"{expect} rows of {itemsize} bytes"
+        return [f"metric {name!r}: steps do not strictly increase"]
+    return []
+
+
+class RunRowsCutError(CorruptRunError):
+    """`run_rows` promises more rows than any column holds: damage of the run, not of the
+    metric being read (`verify` lists it once)."""
+
+
+def cut_problem(where: str, nvals: int, nsteps: int, torn: bool, run_rows: object) -> str | None:
+    """What is wrong with a finished run's column of `nvals` values and `nsteps` steps."""
+    if torn or nvals != nsteps:
+        return (
+            f"{where}: {nvals} rows{' and a torn tail' if torn else ''}, but its steps say "
+            f"{nsteps}; the run is damaged (a file was cut or grew)"
         )
-    return out
+    if isinstance(run_rows, int) and nvals > run_rows:
+        return f"{where}: {nvals} rows, more than run_rows={run_rows}; the run is damaged"
+    return None
+
+
+def run_rows_problem(src: Source, manifest: dict[str, Any]) -> str | None:
+    """`run_rows` is the row count of a finished run's longest column: one must hold that many.
+
+    Counted from the manifest and file sizes, stopping at the first column that does.
+    """
+    want = manifest.get("run_rows")
+    if not isinstance(want, int) or isinstance(want, bool):
+        return None
+    best = 0
+    for name in F.metric_names(manifest):
+        best = max(best, _promised_rows(src, name, manifest[name]))
+        if best >= want:
+            return None
+    return (
+        f"{src.where(F.MANIFEST)} says run_rows={want}, but its longest column holds {best} "
+        "rows; the run is damaged (a column was cut)"
+    )
+
+
+def _promised_rows(src: Source, name: str, entry: dict[str, Any]) -> int:
+    """Rows a finished column's steps say it has (file sizes for an open last segment)."""
+    spec, code = entry.get("indices", "indices"), str(entry.get("dtype"))
+    if spec == "indices":
+        return (src.size(F.index_file(name)) or 0) // F.INDEX_DTYPE.itemsize
+    if F.closed(spec):
+        return F.segment_rows(spec)
+    if code == F.JSONL:
+        return (src.read(F.value_file(name, code)) or b"").count(b"\n")
+    dtype = F.NUMERIC_DTYPES.get(code)
+    return (src.size(F.value_file(name, code)) or 0) // dtype.itemsize if dtype else 0
 
 
 def raise_if(problems: list[str], path: str) -> None:
