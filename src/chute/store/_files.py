@@ -230,7 +230,7 @@ class StoreFiles:
             release(self.sums_map)
             self.sums_map = None
         if have < fmt.SUMS_HEADER.size:
-            return  # damaged: reported by the writer, costs readers the ability to check
+            return  # damaged: see lost_sums
         access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
         self.sums_map = mmap.mmap(self.sums_fd, have, access=access)
         magic, version = fmt.SUMS_HEADER.unpack_from(self.sums_map)[:2]
