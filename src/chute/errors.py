@@ -10,6 +10,7 @@ __all__ = [
     "BadChunkError",
     "ChecksumError",
     "ChuteError",
+    "ColumnTypeError",
     "CorruptRunError",
     "CorruptStoreError",
     "IncompleteDatasetError",
@@ -455,4 +456,21 @@ class UnsafeFileError(ChuteError, OSError):
     ... except chute.ChuteError as e:
     ...     print(type(e).__name__, isinstance(e, OSError))
     UnsafeFileError True
+    """
+
+
+class ColumnTypeError(ChuteError, TypeError):
+    """A column of a dataset being converted holds rows of different types in different
+    blocks (another dtype, another row shape, or fixed rows beside variable-length ones):
+    joining them would change values (int64 beside float64 rounds above 2**53), so the
+    conversion stops and names the column and both types. A TypeError, as before.
+
+    >>> import numpy as np
+    >>> from chute.errors import ColumnTypeError
+    >>> from chute.ray._layout import check_column_types
+    >>> try:
+    ...     check_column_types("ids", [np.array([2**53 + 1]), np.array([0.5])])
+    ... except ColumnTypeError as e:
+    ...     print(e)
+    column 'ids' changes type across blocks: int64 then float64
     """

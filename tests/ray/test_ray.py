@@ -4,6 +4,8 @@ duplicate or half shard behind."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -143,3 +145,64 @@ def test_a_ragged_column_whose_blocks_come_as_arrays_of_different_widths(
         assert np.array_equal(values[splits[i] : splits[i + 1]], rows[i]["tokens"])
     with pytest.raises(TypeError, match="ragged="):  # not named ragged: said so, not a numpy error
         chute.ray.write_dataset(ray.data.from_items(rows), tmp_path / "f", rows_per_shard=30)
+
+
+def test_a_column_whose_type_changes_across_blocks_is_refused_whatever_the_grouping(
+    local_ray: None, tmp_path: Path
+) -> None:
+    # 2**53 + 1 has no float64: joined with numpy's promotion it would come back as 2**53
+    big = 2**53 + 1
+    pairs = {"float64": 0.5, "uint64": np.uint64(2**63 + 5)}
+    for other, value in pairs.items():
+        items = [{"x": big}] * 20 + [{"x": value}] * 20
+        for rows_per_shard in (40, 20):  # both blocks in one write task, or one each
+            out = tmp_path / f"{other}-{rows_per_shard}"
+            ds = ray.data.from_items(items, override_num_blocks=2)
+            with pytest.raises(chute.ray.ColumnTypeError) as caught:
+                chute.ray.write_dataset(ds, out, rows_per_shard=rows_per_shard)
+            assert "column 'x'" in str(caught.value), caught.value
+            assert "int64" in str(caught.value) and other in str(caught.value), caught.value
+            assert not (out / "columns.json").exists() and not (out / "x").exists()
+    same = [{"x": big}] * 40  # one type in every block: every value back exactly
+    written = chute.ray.write_dataset(ray.data.from_items(same), tmp_path / "ok", rows_per_shard=15)
+    assert written["x"][:].tolist() == [big] * 40
+
+
+def test_a_second_conversion_into_one_folder_is_refused_and_the_first_completes(
+    local_ray: None, tmp_path: Path
+) -> None:
+    out, go = tmp_path / "conv", tmp_path / "go"
+
+    def hold(batch: dict[str, Any]) -> dict[str, Any]:
+        deadline = time.monotonic() + 60  # never hangs the suite, whatever happens
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return batch
+
+    outcome: dict[str, Any] = {}
+
+    def first() -> None:
+        try:
+            slow = _source(2).map_batches(hold)
+            outcome["columns"] = chute.ray.write_dataset(slow, out, rows_per_shard=100)
+        except BaseException as e:  # reported below, in the test's thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / ".staging").exists() and thread.is_alive():
+            assert time.monotonic() < deadline, "the first conversion never started writing"
+            time.sleep(0.05)
+        with pytest.raises(chute.StoreLockedError):
+            chute.ray.write_dataset(_source(2), out, overwrite=True)
+        with pytest.raises((chute.StoreLockedError, FileExistsError)):
+            chute.ray.write_dataset(_source(2), out)
+    finally:
+        go.touch()
+        thread.join(timeout=120)
+    assert not thread.is_alive() and "error" not in outcome, outcome
+    _check_chute(out)
+    again = chute.ray.write_dataset(_source(2), out, columns=["label"], overwrite=True)
+    assert again["label"][:].tolist() == LABELS.tolist()  # the lock is free once it is done

@@ -122,6 +122,54 @@ def test_truncated_or_missing_dict(pristine: dict[str, Path], tmp_path: Path) ->
     )
 
 
+DICT_DAMAGE: dict[str, Callable[[Path], object]] = {
+    "37-bytes-appended": lambda d: d.write_bytes(d.read_bytes() + bytes(range(37))),
+    "last-byte-cut": lambda d: os.truncate(d, d.stat().st_size - 1),
+    "byte-flipped": lambda d: flip(d, d.stat().st_size // 2, 2),
+}
+
+
+@pytest.mark.parametrize("damage", DICT_DAMAGE)
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_damaged_dictionary_is_caught_at_open_not_decoded_as_data(
+    pristine: dict[str, Path], tmp_path: Path, damage: str, verify: bool
+) -> None:
+    """zstd takes any bytes as a dictionary: only the size and CRC-32C chute wrote beside
+    it (dict.chute) tell a damaged dict.zr from the one the records were compressed with."""
+    path = damaged_copy(pristine, "zstd_dict", tmp_path)
+    DICT_DAMAGE[damage](path / "dict.zr")
+    check = expect_error(
+        lambda: Dataset(path, verify=verify)[:], CorruptStoreError, "/dict.zr is damaged"
+    )
+    assert run_isolated(check) == OK
+
+
+def test_a_damaged_dictionary_record_is_damage(pristine: dict[str, Path], tmp_path: Path) -> None:
+    path = damaged_copy(pristine, "zstd_dict", tmp_path)
+    flip(path / "dict.chute", 0)
+    assert run_isolated(expect_error(lambda: Dataset(path), CorruptStoreError, "dict.chute")) == OK
+    os.truncate(path / "dict.chute", 0)
+    assert run_isolated(expect_error(lambda: Dataset(path), CorruptStoreError, "dict.chute")) == OK
+
+
+def test_a_dictionary_record_without_its_dictionary_is_cleared(tmp_path: Path) -> None:
+    """A train_dict killed between dict.chute and dict.zr: readers ignore the record, the
+    next writer removes it and trains anew; a reset removes both."""
+    path = tmp_path / "s.zr"
+    chute.write_dataset(path, source(), codec="zstd").close()
+    (path / "dict.chute").write_bytes(b"ZDCT" + bytes(12))
+    assert np.array_equal(Dataset(path)[:], source())
+    rows = source().reshape(N, -1)
+    with chute.RecordStore(path, mode="a") as store:
+        assert not (path / "dict.chute").exists()
+        store.train_dict(rows)
+        store.append(rows[:3], codec="zstd_dict")
+    with chute.RecordStore(path) as store:
+        assert np.array_equal(store.gather([N, N + 2]), rows[[0, 2]])
+    chute.RecordStore(path, mode="w").close()
+    assert not (path / "dict.zr").exists() and not (path / "dict.chute").exists()
+
+
 def test_missing_chunk_and_bad_header(pristine: dict[str, Path], tmp_path: Path) -> None:
     path = damaged_copy(pristine, "zstd", tmp_path)
     (path / "0.zr").unlink()

@@ -8,6 +8,8 @@ import os
 import struct
 import subprocess
 import sys
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -211,3 +213,74 @@ def test_durable_store_syncs_the_directory_before_naming_a_chunk(
             s.append([bytes([k]) * 3000])
         assert s.stats()["chunks"] == 4
     assert named == []  # every chunk file was in a synced directory before the header named it
+
+
+SIDECAR_DAMAGE: dict[str, Callable[[Path], object]] = {
+    "flipped-magic": lambda sums: _flip_first_byte(sums),
+    "emptied": lambda sums: os.truncate(sums, 0),
+    "cut": lambda sums: os.truncate(sums, 10),  # shorter than its header
+    "deleted": lambda sums: sums.unlink(),  # gen.chute still says chute wrote the store
+}
+
+
+@pytest.mark.parametrize("damage", SIDECAR_DAMAGE)
+def test_a_damaged_or_lost_sidecar_is_damage_not_a_store_without_checksums(
+    tmp_path: Path, damage: str
+) -> None:
+    path = tmp_path / "r.zr"
+    rows = np.arange(50 * 16, dtype=np.int32).reshape(50, 16)
+    chute.write_dataset(path, rows, codec="raw").close()
+    SIDECAR_DAMAGE[damage](path / _format.SUMS_FILE)
+    _flip_first_byte(path / "0.zr")  # record 0 now reads as other data
+
+    def check() -> int:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # not "has no checksums (another tool)"
+            try:
+                Dataset(path, verify=True)[0]
+            except CorruptStoreError as e:
+                if "crc32c.chute" not in str(e):
+                    return UNEXPECTED
+            else:
+                return WRONG_DATA
+            with RecordStore(path) as store:  # without verify it opens; verify() says why
+                try:
+                    store.verify()
+                except CorruptStoreError as e:
+                    return OK if "crc32c.chute" in str(e) else UNEXPECTED
+        return WRONG_DATA
+
+    assert run_isolated(check) == OK
+    r = run_cli("verify", str(path))
+    assert r.returncode == 2 and "crc32c.chute" in r.stderr  # an error, not "unchecked"
+    with pytest.warns(UserWarning, match="crc32c.chute is damaged or missing; rebuilding"):
+        RecordStore(path, mode="a").close()  # a writer repairs it, and says what is lost
+
+
+def test_a_store_no_chute_wrote_opens_with_a_warning_and_is_chutes_once_it_writes(
+    tmp_path: Path,
+) -> None:
+    loaderx = pytest.importorskip("loaderx")
+    path = tmp_path / "l.zr"
+    rows = np.arange(50 * 16, dtype=np.int32).reshape(50, 16)
+    loaderx.write_dataset(str(path), rows, codec="raw")
+    with pytest.warns(UserWarning, match="has no checksums"):
+        ds = Dataset(path, verify=True)
+    assert np.array_equal(ds[:], rows)
+    ds.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        chute.write_dataset(path, rows[:5], mode="a").close()  # chute appends: now chute's
+        with Dataset(path, verify=True) as ds:
+            assert np.array_equal(ds[:], np.concatenate([rows, rows[:5]]))
+            assert ds.store.verify()["unchecked"] == 50  # loaderx's records have no checksum
+    assert {_format.SUMS_FILE, _format.GEN_FILE} <= {p.name for p in path.iterdir()}
+    lds = loaderx.Dataset(str(path))  # and loaderx still reads it
+    assert np.array_equal(lds[np.arange(55)], np.concatenate([rows, rows[:5]]))
+
+
+def _flip_first_byte(file: Path) -> None:
+    with open(file, "r+b") as f:
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 0xFF]))

@@ -20,11 +20,12 @@ from typing import Any
 from chute.dataset import Dataset
 from chute.datasets import is_sharded
 from chute.datasets._write import check_sharding
+from chute.errors import ColumnTypeError
 from chute.ragged import RaggedDataset
-from chute.ray._layout import COLUMNS_FILE, STAGING, open_columns
+from chute.ray._layout import COLUMNS_FILE, LOCK_FILE, STAGING, conversion_lock, open_columns
 from chute.store._format import parse_codec
 
-__all__ = ["open_columns", "read_dataset", "write_dataset"]
+__all__ = ["ColumnTypeError", "open_columns", "read_dataset", "write_dataset"]
 
 
 def write_dataset(
@@ -48,7 +49,8 @@ def write_dataset(
     order is ``ray_ds``'s order. Columns of numeric arrays of one shape become
     `chute.Dataset` streams; columns of variable-length arrays (and those named in
     ``ragged``) become `chute.RaggedDataset` streams. ``ray_remote_args`` and
-    ``concurrency`` go to ``ray_ds.write_datasink``.
+    ``concurrency`` go to ``ray_ds.write_datasink``. One conversion into ``path`` runs at a
+    time: a second, while one runs, gets `StoreLockedError` before it touches anything.
 
     Skipped as a doctest: it starts a Ray cluster (``tests/ray`` runs it on a local one).
 
@@ -66,20 +68,28 @@ def write_dataset(
     path = Path(path)
     check_sharding(rows_per_shard, None)
     parse_codec(codec)
-    if path.exists() and any(path.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True")
-        _remove_conversion(path)
+    if not overwrite:
+        _refuse_occupied(path)  # before even the lock file is made in a folder not ours
     path.mkdir(parents=True, exist_ok=True)
-    sink = ChuteDatasink(path, columns, codec, rows_per_shard, frozenset(ragged))
-    options = ray_ds.context.execution_options
-    keep = options.preserve_order
-    options.preserve_order = True  # write tasks in row order: task order is shard order
-    try:
-        ray_ds.write_datasink(sink, ray_remote_args=ray_remote_args, concurrency=concurrency)
-    finally:
-        options.preserve_order = keep
-    return open_columns(path)
+    with conversion_lock(path):  # before anything is removed: a running conversion wins
+        if overwrite:
+            _remove_conversion(path)
+        else:
+            _refuse_occupied(path)  # one may have finished while this call took the lock
+        sink = ChuteDatasink(path, columns, codec, rows_per_shard, frozenset(ragged))
+        options = ray_ds.context.execution_options
+        keep = options.preserve_order
+        options.preserve_order = True  # write tasks in row order: task order is shard order
+        try:
+            ray_ds.write_datasink(sink, ray_remote_args=ray_remote_args, concurrency=concurrency)
+        finally:
+            options.preserve_order = keep
+        return open_columns(path)
+
+
+def _refuse_occupied(path: Path) -> None:
+    if path.is_dir() and any(entry.name != LOCK_FILE for entry in path.iterdir()):
+        raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True")
 
 
 def _remove_conversion(path: Path) -> None:

@@ -16,19 +16,31 @@ no Ray: chute reads a converted dataset on any machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
 
 from chute.dataset import Dataset
 from chute.datasets._manifest import checksum_of
-from chute.errors import CorruptStoreError, IncompleteDatasetError, StoreNotFoundError
+from chute.errors import (
+    ColumnTypeError,
+    CorruptStoreError,
+    IncompleteDatasetError,
+    StoreNotFoundError,
+)
 from chute.ragged import RaggedDataset
-from chute.store._io import write_file_atomic
+from chute.store._io import lock_exclusive, write_file_atomic
 
 COLUMNS_FILE: Final = "columns.json"
+#: Held (flock) by the driver for a whole conversion into the folder; never removed.
+LOCK_FILE: Final = "columns.lock"
 FORMAT: Final = "chute-columns"
 VERSION: Final = 1
 STAGING: Final = ".staging"
@@ -42,6 +54,36 @@ def check_column_name(name: str) -> str:
             f"column name {name!r} cannot name a directory: use letters, digits and _ . -"
         )
     return name
+
+
+@contextlib.contextmanager
+def conversion_lock(path: Path) -> Iterator[None]:
+    """Hold the folder's conversion lock for the block: a second conversion into ``path``
+    (another thread or process) gets `StoreLockedError` before it removes or writes
+    anything, and the first runs on intact."""
+    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        lock_exclusive(fd, path)
+        yield
+    finally:
+        os.close(fd)
+
+
+def check_column_types(name: str, arrays: Iterable[npt.NDArray[Any]]) -> None:
+    """Refuse a column whose arrays (the blocks of a fixed-shape column, the rows of a ragged
+    one) are of more than one dtype: joined, numpy would promote them (int64 and float64 to
+    float64, losing integers above 2**53). Ray's empty ragged rows (object arrays) have no
+    type of their own and are skipped."""
+    first: np.dtype[Any] | None = None
+    for array in arrays:
+        if array.dtype == object:
+            continue
+        if first is None:
+            first = array.dtype
+        elif array.dtype != first:
+            raise ColumnTypeError(
+                f"column {name!r} changes type across blocks: {first} then {array.dtype}"
+            )
 
 
 def write_columns(path: Path, columns: list[tuple[str, str]], records: int) -> None:

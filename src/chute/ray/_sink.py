@@ -25,8 +25,9 @@ from ray.data.block import Block, BlockAccessor
 from chute._schema import read_schema
 from chute.dataset import write_dataset
 from chute.datasets._manifest import Manifest, shard_name, write_manifest
+from chute.errors import ColumnTypeError
 from chute.ragged import write_ragged
-from chute.ray._layout import STAGING, check_column_name, write_columns
+from chute.ray._layout import STAGING, check_column_name, check_column_types, write_columns
 
 # A column's rows: one array (fixed shape), or a list of row arrays (ragged).
 Column = npt.NDArray[Any] | list[npt.NDArray[Any]]
@@ -86,35 +87,49 @@ class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
         for r in results:
             if r["kinds"] != results[0]["kinds"]:
                 diff = sorted(k for k in columns if r["kinds"].get(k) != results[0]["kinds"][k])
-                raise TypeError(
+                raise ColumnTypeError(
                     f"columns {diff} hold fixed-shape rows in some blocks and variable-length "
                     "rows in others: name them in ragged=[...] to store them as ragged"
                 )
-        for name in columns:
-            self._commit_column(name, results)
+        staged = {name: self._staged(name, results) for name in columns}  # all checked first
+        for name, (schema, parts) in staged.items():
+            self._commit_column(name, schema, parts)
         records = sum(sum(r["shards"]) for r in results)
         write_columns(self.path, [(name, results[0]["kinds"][name]) for name in columns], records)
         shutil.rmtree(self.path / STAGING, ignore_errors=True)
 
-    def _commit_column(self, name: str, results: list[dict[str, Any]]) -> None:
-        target = self.path / name
-        target.mkdir(exist_ok=True)
-        shards: list[tuple[str, int]] = []
+    def _staged(
+        self, name: str, results: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], list[tuple[Path, int]]]:
+        """A column's staged shards in row order, and the schema every one of them has:
+        shards that differ (blocks of another type in another write task) are an error
+        before any shard is moved."""
+        parts: list[tuple[Path, int]] = []
         schema: dict[str, Any] | None = None
         for r in results:
             for k, n in enumerate(r["shards"]):
-                part = target / shard_name(len(shards))
-                (self.path / STAGING / r["staging"] / name / f"{k:05d}.zr").rename(part)
+                part = self.path / STAGING / r["staging"] / name / f"{k:05d}.zr"
                 ours = {key: v for key, v in read_schema(part).items() if key != "codec"}
                 if schema is None:
                     schema = ours
                 elif ours != schema:
-                    raise TypeError(
+                    raise ColumnTypeError(
                         f"column {name!r} changes type across blocks: {_describe(schema)} "
                         f"then {_describe(ours)}"
                     )
-                shards.append((part.name, n))
+                parts.append((part, n))
         assert schema is not None
+        return schema, parts
+
+    def _commit_column(
+        self, name: str, schema: dict[str, Any], parts: list[tuple[Path, int]]
+    ) -> None:
+        target = self.path / name
+        target.mkdir(exist_ok=True)
+        shards: list[tuple[str, int]] = []
+        for part, n in parts:
+            part.rename(target / shard_name(len(shards)))
+            shards.append((shard_name(len(shards)), n))
         schema = {k: v for k, v in schema.items() if k not in ("format", "version")}
         schema["codec"] = self.codec
         manifest = Manifest(schema=schema, shard_records=self.rows_per_shard, shards=tuple(shards))
@@ -149,7 +164,7 @@ class _TaskWriter:
         for name, values in picked.items():
             kind = "ragged" if values.dtype == object or name in self.sink.ragged else "fixed"
             if self.kinds.setdefault(name, kind) != kind:
-                raise TypeError(
+                raise ColumnTypeError(
                     f"column {name!r} holds fixed-shape rows in some blocks and variable-length "
                     "rows in others: name it in ragged=[...] to store it as ragged"
                 )
@@ -197,13 +212,16 @@ def _concat(name: str, parts: list[Column], ragged: bool) -> Column:
     (Ray hands its blocks over as object arrays, or as 2-D arrays of different widths
     where a block's rows happen to be of one length), else one array."""
     if ragged:
-        return [np.asarray(row) for p in parts for row in p]
+        rows = [np.asarray(row) for p in parts for row in p]
+        check_column_types(name, rows)
+        return rows
     fixed = [np.asarray(p) for p in parts]
+    check_column_types(name, fixed)
     if len(fixed) == 1:
         return fixed[0]
     shapes = {p.shape[1:] for p in fixed}
     if len(shapes) > 1:
-        raise TypeError(
+        raise ColumnTypeError(
             f"column {name!r} holds rows of shapes {sorted(shapes)} in different blocks: "
             "name it in ragged=[...] to store it as ragged"
         )

@@ -8,9 +8,9 @@ import numpy as np
 import numpy.typing as npt
 
 from chute import _native
-from chute.store._format import check_native
+from chute.store import _format as fmt
 
-check_native(_native.codes)
+fmt.check_native(_native.codes)
 
 #: zstd's own recommendation for a dictionary's size, and the cap chute uses by default.
 DEFAULT_DICT_CAP = 112_640
@@ -45,8 +45,8 @@ def train_dictionary(
     """
     total = int(lengths.sum())
     cap = dict_size if dict_size is not None else default_dict_size(total)
-    if cap < 64:
-        raise ValueError(f"dict_size must be at least 64 bytes, got {cap}")
+    if not 64 <= cap <= fmt.MAX_DICT:
+        raise ValueError(f"dict_size must be in [64, {fmt.MAX_DICT}] bytes, got {cap}")
     try:
         return _native.train_dict(data[:total], lengths.astype(np.uint64), cap)
     except ValueError:
@@ -54,6 +54,13 @@ def train_dictionary(
         if len(raw) < 8:
             raise ValueError("too little sample data to build a zstd dictionary") from None
         return raw
+
+
+def dict_sum(dictionary: bytes) -> bytes:
+    """dict.chute's bytes for ``dictionary``: its size and CRC-32C, so that a reader can tell
+    a damaged dict.zr (bytes appended, cut or flipped) from the one chute trained."""
+    crc = _native.crc32c(dictionary)
+    return fmt.DICT_SUM.pack(fmt.DICT_SUM_MAGIC, fmt.DICT_SUM_VERSION, len(dictionary), crc)
 
 
 def digest_for_reading(dictionary: bytes) -> Any:

@@ -22,9 +22,10 @@ import numpy as np
 import numpy.typing as npt
 
 from chute import _native
+from chute._safe_open import open_regular, read_regular
 from chute.errors import CorruptStoreError, StoreError
 from chute.store import _format as fmt
-from chute.store._codec import digest_for_reading
+from chute.store._codec import dict_sum, digest_for_reading
 from chute.store._io import unlock
 
 State = tuple[int, int, int]  # tail_chunk, tail_offset, length
@@ -168,15 +169,38 @@ class StoreFiles:
     # ---- dict.zr -------------------------------------------------------------------
 
     def open_dict(self) -> None:
+        """Load dict.zr, if there is one, and check it: against the size and CRC-32C that
+        dict.chute recorded when chute trained it, and by zstd's own parse. A dictionary
+        another tool trained has no dict.chute; zstd's parse is then the only check."""
         path = self.path / fmt.DICT_FILE
-        if not path.exists():
+        if not os.path.lexists(path):
             return
-        data = path.read_bytes()
+        data = read_regular(path, self.path, limit=fmt.MAX_DICT)
+        self._check_dict(path, data)
         try:
             ddict = digest_for_reading(data)
         except ValueError:
             raise CorruptStoreError(f"{path} is damaged: zstd rejects it as a dictionary") from None
         self.dictionary, self.ddict = data, ddict
+
+    def _check_dict(self, path: Path, data: bytes) -> None:
+        file = self.path / fmt.DICT_SUM_FILE
+        try:
+            stamp = read_regular(file, self.path, limit=fmt.DICT_SUM.size)
+        except FileNotFoundError:
+            return
+        want = dict_sum(data)
+        if stamp == want:
+            return
+        if len(stamp) != fmt.DICT_SUM.size or stamp[:6] != want[:6]:
+            raise CorruptStoreError(f"{file} is damaged: it is not a record of {fmt.DICT_FILE}")
+        _, _, size, crc = fmt.DICT_SUM.unpack(stamp)
+        _, _, have, got = fmt.DICT_SUM.unpack(want)
+        raise CorruptStoreError(
+            f"{path} is damaged: it holds {have} bytes with CRC-32C {got:#010x}, but the "
+            f"dictionary chute trained was {size} bytes with CRC-32C {crc:#010x} "
+            f"({fmt.DICT_SUM_FILE}); every zstd_dict record would decode wrong"
+        )
 
     # ---- crc32c.chute --------------------------------------------------------------
 
@@ -184,27 +208,33 @@ class StoreFiles:
         """Open the checksum sidecar if there is one; True when it is usable."""
         path = self.path / fmt.SUMS_FILE
         try:
-            self.sums_fd = os.open(path, os.O_RDWR if self.writable else os.O_RDONLY)
+            if self.writable:  # the writer's own: it created the file, or replaces it
+                self.sums_fd = os.open(path, os.O_RDWR)
+            else:
+                self.sums_fd = open_regular(path, self.path)
         except FileNotFoundError:
             return False
         self.map_sums(0)
         return self.sums is not None
 
     def map_sums(self, capacity: int) -> None:
-        """Map the sidecar whole, growing it first (never shrinking) to ``capacity`` entries."""
+        """Map the sidecar whole, growing it first (never shrinking) to ``capacity`` entries.
+        One cut inside its header is left as it is: damage, not a file to fill with zeros."""
         size = fmt.SUMS_HEADER.size + capacity * fmt.SUMS_DTYPE.itemsize
-        if self.writable and os.fstat(self.sums_fd).st_size < size:
-            os.ftruncate(self.sums_fd, size)
         have = os.fstat(self.sums_fd).st_size
+        if self.writable and fmt.SUMS_HEADER.size <= have < size:
+            os.ftruncate(self.sums_fd, size)
+            have = size
         self.sums = None
         if self.sums_map is not None:
             release(self.sums_map)
             self.sums_map = None
         if have < fmt.SUMS_HEADER.size:
-            return  # damaged: reported by the writer, costs readers the ability to check
+            return  # damaged: see lost_sums
         access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
         self.sums_map = mmap.mmap(self.sums_fd, have, access=access)
-        if bytes(self.sums_map[:4]) != fmt.SUMS_MAGIC:
+        magic, version = fmt.SUMS_HEADER.unpack_from(self.sums_map)[:2]
+        if magic != fmt.SUMS_MAGIC or version != fmt.SUMS_VERSION:
             return
         count = (have - fmt.SUMS_HEADER.size) // fmt.SUMS_DTYPE.itemsize
         self.sums = np.frombuffer(
@@ -219,6 +249,19 @@ class StoreFiles:
         if self.sums_fd >= 0:
             os.close(self.sums_fd)
             self.sums_fd = -1
+
+    def lost_sums(self) -> str | None:
+        """Why the checksums of a store chute wrote cannot be used (damage), or None: they
+        can, or no chute ever wrote the store (it has neither crc32c.chute nor gen.chute,
+        which every chute writer creates, the sidecar first)."""
+        if self.sums is not None:
+            return None
+        sums = self.path / fmt.SUMS_FILE
+        if os.path.lexists(sums):
+            return f"{sums} is damaged (cut short, or its header is not a checksum sidecar's)"
+        if os.path.lexists(self.path / fmt.GEN_FILE):
+            return f"{sums} is missing, though {fmt.GEN_FILE} says chute wrote this store"
+        return None
 
     def sums_stamp(self) -> State | None:
         """The header state the sidecar was last brought in step with."""
@@ -260,7 +303,10 @@ class StoreFiles:
     def disk_usage(self) -> dict[str, int]:
         """Apparent bytes of the table and the checksum sidecar, and the bytes every file of
         the store takes on disk (allocated blocks: loaderx's sparse files count as written)."""
-        names = (fmt.META_FILE, fmt.DICT_FILE, fmt.SCHEMA_FILE, fmt.SUMS_FILE, fmt.GEN_FILE)
+        names = (
+            fmt.META_FILE, fmt.DICT_FILE, fmt.DICT_SUM_FILE, fmt.SCHEMA_FILE, fmt.SUMS_FILE,
+            fmt.GEN_FILE,
+        )  # fmt: skip
         disk = 0
         for entry in os.scandir(self.path):
             stem = entry.name[:-3] if entry.name.endswith(".zr") else ""

@@ -5,6 +5,8 @@ A store is a directory::
     meta.zr        16-byte header, then one 16-byte RecordLoc per record (little-endian)
     0.zr, 1.zr ..  chunk files: record bytes packed densely, no record straddles two
     dict.zr        a zstd dictionary, present once one was trained
+    dict.chute     chute's record of dict.zr: its size and CRC-32C, written before it (others
+                   ignore it; a dictionary another tool trained has none)
     schema.json    dtype and per-record shape, written by the dataset layer
     crc32c.chute   chute's sidecar: CRC-32C of each record's logical bytes (others ignore it)
     gen.chute      chute's generation: bumped by every delete, compaction and reset, so open
@@ -69,6 +71,14 @@ SUMS_DTYPE: Final = np.dtype(
         ("valid", "u1"),
     ]
 )
+
+DICT_SUM_FILE: Final = "dict.chute"
+DICT_SUM_MAGIC: Final = b"ZDCT"
+DICT_SUM_VERSION: Final = 1
+DICT_SUM = struct.Struct("<4sHxxII")  # magic, version, dict.zr's size and CRC-32C
+#: dict.zr is read whole at open; no trained dictionary comes near this (zstd's guideline
+#: is 110 KiB, loaderx's largest 1 MiB), so a larger file is not one.
+MAX_DICT: Final = 1 << 27
 
 GEN_FILE: Final = "gen.chute"
 GEN_MAGIC: Final = b"ZGEN"

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from chute._closing import Closing
 from chute._native import codes
 from chute.errors import (
+    CorruptStoreError,
     StoreChangedError,
     StoreClosedError,
     StoreError,
@@ -152,6 +153,7 @@ class RecordStore(Closing):
                 files.open_chunks(state[0])
                 files.open_dict()
                 if not files.open_sums() and self._verify:
+                    self._check_sums_lost()
                     warnings.warn(
                         f"{path} has no checksums (written by another tool); "
                         "verify=True checks that records decode, not their bytes",
@@ -164,6 +166,16 @@ class RecordStore(Closing):
         except BaseException:
             self.close()
             raise
+
+    def _check_sums_lost(self) -> None:
+        """A store chute wrote always has its checksums: without them it is damaged, not
+        a store another tool wrote, and checking it is impossible, so it is an error."""
+        lost = self._files.lost_sums()
+        if lost is not None:
+            raise CorruptStoreError(
+                f"{lost}: the records' checksums are lost, so they cannot be verified "
+                "(open without verify=True to read them unchecked)"
+            )
 
     # ---- state ---------------------------------------------------------------------
 
@@ -356,12 +368,14 @@ class RecordStore(Closing):
 
         Returns ``records``, ``checked`` (decoded and matched a checksum), ``unchecked``
         (decoded, no checksum to match: written by another tool) and ``damaged``, a list of
-        ``(index, message)``; the three counts add up to ``records``. ``progress(done,
+        ``(index, message)``; the three counts add up to ``records``. A store chute wrote
+        whose checksum sidecar is damaged or gone raises `CorruptStoreError`. ``progress(done,
         total)``, if given, gets the decoded bytes after every step of about 16 MiB.
         """
         self._check_open()
         if not self._writable:
             self.refresh()
+        self._check_sums_lost()
         snap = self._current()
         self._check_generation(snap)
         report = _read.verify(

@@ -12,7 +12,8 @@ Crash-safety and reader-safety order, for every mutation (the one place it is ar
   reset or removed, so a live writer's store is never touched by a second opener. A directory
   whose meta.zr is missing (or was never initialised) but whose chunk files hold bytes is
   damage: mode "a" refuses it. A new store's header is written last, so a crash while
-  creating leaves a store that is still "not yet initialised".
+  creating leaves a store that is still "not yet initialised". crc32c.chute is created
+  before gen.chute, so a store with gen.chute (chute wrote it) and no sidecar is damage.
 * append: record bytes go past the frontier of the tail chunk (nothing refers to them); a
   new chunk file is fsynced into the directory (durable) before anything names it; then
   checksums and table entries go into slots past ``length`` (nothing reads them); then one
@@ -33,6 +34,9 @@ Crash-safety and reader-safety order, for every mutation (the one place it is ar
   then are files cut (by prefix copy) and the chunks past the new tail unlinked; a kill in
   between leaves longer files, cut by the next compaction. Re-running finishes the job.
 * reset (mode "w"): the header says zero records before any chunk is replaced or unlinked.
+* train_dict: dict.chute (the dictionary's size and CRC-32C) is written before dict.zr, so
+  a dict.zr that stands is the one it describes; a dict.chute without dict.zr (a kill in
+  between) is removed by the next writer and ignored by readers.
 """
 
 from __future__ import annotations
@@ -51,7 +55,12 @@ import numpy.typing as npt
 from chute import _native
 from chute.errors import CorruptStoreError, StoreError
 from chute.store import _format as fmt
-from chute.store._codec import digest_for_reading, digest_for_writing, train_dictionary
+from chute.store._codec import (
+    dict_sum,
+    digest_for_reading,
+    digest_for_writing,
+    train_dictionary,
+)
 from chute.store._files import NO_STATE, Snapshot, State, StoreFiles
 from chute.store._io import (
     fsync_dir,
@@ -86,6 +95,11 @@ def open_for_writing(path: Path, *, reset: bool, durable: bool) -> StoreFiles:
         fresh = head in (b"", b"\0\0\0\0")  # created, never initialised (or a crash then)
         if fresh and not reset:
             _refuse_orphan_chunks(path, "has an empty meta.zr")
+        sums = path / fmt.SUMS_FILE
+        if not os.path.lexists(sums) and not os.path.lexists(path / fmt.GEN_FILE):
+            # a new store, or one only another tool wrote: the sidecar comes first, so that
+            # gen.chute (which says chute wrote the store) never stands without it
+            write_file_atomic(sums, _sums_header(NO_STATE), durable=durable)
         gen = fmt.GEN_HEADER.pack(fmt.GEN_MAGIC, fmt.GEN_VERSION, 0)
         _ensure_side_file(path, fmt.GEN_FILE, gen, durable)
         if not files.open_gen():
@@ -146,18 +160,9 @@ def _reset(files: StoreFiles, durable: bool) -> None:
         pwrite_all(files.meta_fd, fmt.HEADER.pack(fmt.MAGIC, fmt.VERSION, 0, 0, 0), 0)
         if durable:
             os.fsync(files.meta_fd)
-        sums = path / fmt.SUMS_FILE
-        if sums.exists():  # no entry is in use now: say the sidecar is in step with that
-            with open(sums, "r+b") as f:
-                head = f.read(fmt.SUMS_HEADER.size)
-                sound = len(head) == fmt.SUMS_HEADER.size and head[:4] == fmt.SUMS_MAGIC
-                if sound:
-                    f.seek(fmt.STATE_OFFSET)
-                    f.write(fmt.STATE.pack(0, 0, 0))
-            if not sound:  # damaged, and about nothing now: the writer starts a new one
-                sums.unlink()
-        with contextlib.suppress(FileNotFoundError):
-            (path / fmt.DICT_FILE).unlink()
+        _reset_sums(path / fmt.SUMS_FILE, durable)
+        for name in (fmt.DICT_FILE, fmt.DICT_SUM_FILE):  # the dictionary, then its record
+            (path / name).unlink(missing_ok=True)
         first = path / fmt.chunk_file(0)
         if not first.exists() or first.stat().st_size:
             replace_with_empty(first, durable=durable)
@@ -167,6 +172,24 @@ def _reset(files: StoreFiles, durable: bool) -> None:
             c += 1
         if durable:
             fsync_dir(path)
+
+
+def _reset_sums(sums: Path, durable: bool) -> None:
+    """No entry is in use after a reset: say the sidecar is in step with that, or, if it is
+    damaged or missing (it is about nothing now), put a fresh one in its place."""
+    head = b""
+    with contextlib.suppress(FileNotFoundError):
+        head = sums.read_bytes()[: fmt.SUMS_HEADER.size]
+    if head[:6] == _sums_header(NO_STATE)[:6] and len(head) == fmt.SUMS_HEADER.size:
+        with open(sums, "r+b") as f:
+            f.seek(fmt.STATE_OFFSET)
+            f.write(fmt.STATE.pack(0, 0, 0))
+    else:
+        write_file_atomic(sums, _sums_header((0, 0, 0)), durable=durable)
+
+
+def _sums_header(state: State) -> bytes:
+    return fmt.SUMS_HEADER.pack(fmt.SUMS_MAGIC, fmt.SUMS_VERSION, *state)
 
 
 class Writer:
@@ -185,6 +208,8 @@ class Writer:
         self.cdict_level = -1
         self.tail_chunk, self.tail_offset, self.length = files.map_meta()
         files.open_chunks(self.tail_chunk)
+        if not (self.path / fmt.DICT_FILE).exists():  # a train_dict that died half way
+            (self.path / fmt.DICT_SUM_FILE).unlink(missing_ok=True)
         files.open_dict()
         self._open_sums()
         self._drop_uncommitted_tail()
@@ -200,17 +225,15 @@ class Writer:
     def _open_sums(self) -> None:
         files = self.files
         path = self.path / fmt.SUMS_FILE
-        if path.exists() and not files.open_sums():
-            warnings.warn(
-                f"{path} is damaged; rebuilding it: the records already stored have no "
-                "checksum to verify against",
-                stacklevel=5,
-            )
+        if not files.open_sums():  # open_for_writing made one: this one was damaged or lost
+            if self.length:
+                warnings.warn(
+                    f"{path} is damaged or missing; rebuilding it: the records already "
+                    "stored have no checksum to verify against",
+                    stacklevel=5,
+                )
             files.close_sums()
-            path.unlink()
-        if files.sums_fd < 0:
-            header = fmt.SUMS_HEADER.pack(fmt.SUMS_MAGIC, fmt.SUMS_VERSION, *self.state)
-            write_file_atomic(path, header, durable=self.durable)
+            write_file_atomic(path, _sums_header(self.state), durable=self.durable)
             files.open_sums()
         files.map_sums(len(files.table))
         if files.sums_stamp() != self.state:
@@ -370,6 +393,8 @@ class Writer:
         if self.files.dictionary is not None:
             raise StoreError(f"{self.path} already has a dictionary (dict.zr)")
         dictionary = train_dictionary(data, lens, dict_size)
+        # its record first: a dict.zr that stands is always the one dict.chute describes
+        write_file_atomic(self.path / fmt.DICT_SUM_FILE, dict_sum(dictionary), durable=True)
         write_file_atomic(self.path / fmt.DICT_FILE, dictionary, durable=True)
         self.files.dictionary = dictionary
         self.files.ddict = digest_for_reading(dictionary)
