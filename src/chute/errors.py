@@ -13,6 +13,7 @@ __all__ = [
     "CorruptRunError",
     "CorruptStoreError",
     "IncompleteDatasetError",
+    "LoaderTimeoutError",
     "MetricWrittenTwiceError",
     "NarrowingError",
     "OutBufferError",
@@ -23,6 +24,7 @@ __all__ = [
     "RunHasStepsError",
     "RunLockedError",
     "RunNotFoundError",
+    "SamplerError",
     "SchemaMismatchError",
     "StepOrderError",
     "StoreChangedError",
@@ -456,3 +458,45 @@ class UnsafeFileError(ChuteError, OSError):
     ...     print(type(e).__name__, isinstance(e, OSError))
     UnsafeFileError True
     """
+
+
+class SamplerError(ChuteError, ValueError):
+    """A sampler object gave the loader positions it cannot use: too many or too few for the
+    batch, outside ``[0, length)``, or not integers. Nothing was gathered for that step.
+
+    >>> import numpy as np
+    >>> from chute import DataLoader
+    >>> from chute.errors import SamplerError
+    >>> class OffByOne:
+    ...     length, batch_size, step = 10, 2, 0
+    ...     def seek(self, step): self.step = step
+    ...     def indices(self, step, start=0, stop=None):
+    ...         return np.array([9, 10], np.uint64)[start:stop]
+    >>> with DataLoader({"x": np.arange(10)}, sampler=OffByOne()) as loader:
+    ...     try:
+    ...         next(loader)
+    ...     except SamplerError as e:
+    ...         print(str(e).split(";")[0])
+    sampler OffByOne at step 0 gave position 10, outside [0, 10)
+    """
+
+
+class LoaderTimeoutError(ChuteError, TimeoutError):
+    """A loader's batch was not ready within its ``timeout=`` (a gather or the transform did
+    not return). The loader stays at that step: the next ``next()`` tries it again.
+
+    >>> import time, numpy as np
+    >>> from chute import DataLoader
+    >>> from chute.errors import LoaderTimeoutError
+    >>> def slow(batch):
+    ...     time.sleep(0.5)
+    ...     return batch
+    >>> with DataLoader({"x": np.arange(10)}, batch_size=2, transform=slow,
+    ...                 timeout=0.01) as loader:
+    ...     try:
+    ...         next(loader)
+    ...     except LoaderTimeoutError as e:
+    ...         print(isinstance(e, TimeoutError), loader.step)
+    True 0
+    """
+
