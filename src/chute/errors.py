@@ -13,6 +13,7 @@ __all__ = [
     "CorruptRunError",
     "CorruptStoreError",
     "IncompleteDatasetError",
+    "LoaderInUseError",
     "LoaderTimeoutError",
     "MetricWrittenTwiceError",
     "NarrowingError",
@@ -500,3 +501,21 @@ class LoaderTimeoutError(ChuteError, TimeoutError):
     True 0
     """
 
+
+class LoaderInUseError(ChuteError, RuntimeError):
+    """A loader already feeding a device stage (`chute.frameworks.to_device`) was given to
+    another one: the two would split its batches between them. Close the first stage, or
+    keep using it.
+
+    >>> import numpy as np
+    >>> from chute import DataLoader
+    >>> from chute.errors import LoaderInUseError
+    >>> from chute.frameworks import to_device
+    >>> loader = DataLoader({"x": np.arange(10)}, batch_size=2)
+    >>> with to_device(loader, "cpu") as first:
+    ...     try:
+    ...         to_device(loader, "cpu")
+    ...     except LoaderInUseError as e:
+    ...         print(type(e).__name__)
+    LoaderInUseError
+    """
