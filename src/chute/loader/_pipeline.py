@@ -192,7 +192,7 @@ class Pipeline(Closing):
             self._next_submit += 1
         future = self._pending.popleft()
         try:
-            if not wait([future], self.timeout).done:
+            if self.timeout is not None and not wait([future], self.timeout).done:
                 raise LoaderTimeoutError(
                     f"the batch of step {self.step} was not ready within timeout="
                     f"{self.timeout} s: a gather or the transform has not returned (its worker "
