@@ -8,6 +8,7 @@ only when asked stands in for an asynchronous copy engine.
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import weakref
 from pathlib import Path
@@ -432,3 +433,33 @@ def test_an_evaluation_pass_goes_through_the_device_stage_once_in_order(last: st
         dev.seek(2)  # seek starts it again, from there
         _same(list(dev), want[2:])
     assert sum(len(b["y"]) for b in got) >= N
+
+
+def test_a_loader_feeds_one_device_stage_at_a_time() -> None:
+    loader = _loader(1, sampler="sequential")
+    with to_device(loader, "cpu") as first:
+        with pytest.raises(chute.errors.LoaderInUseError, match="already feeds DeviceLoader"):
+            to_device(loader, "cpu")
+        with pytest.raises(chute.errors.LoaderInUseError):
+            to_device(loader, jax.devices("cpu")[0])
+        got = [next(first)["y"].tolist() for _ in range(3)]  # the whole stream, unsplit
+    assert got == [list(range(s * 16, s * 16 + 16)) for s in range(3)]
+    dropped = _loader(1)
+    stage = to_device(dropped, "cpu")
+    del stage  # a stage dropped without close() no longer holds its loader
+    gc.collect()
+    with to_device(dropped, "cpu") as again:
+        assert next(again)["y"].shape == (16,)
+
+
+def test_depth_is_bounded_as_prefetch_is() -> None:
+    for bad in (0, -1, 257, 20_000):
+        with pytest.raises(ValueError, match=r"depth must be in \[1, 256\] copies"):
+            to_device(_loader(1), "cpu", depth=bad)
+        with pytest.raises(ValueError, match=r"depth must be in \[1, 256\]"):
+            to_device([{"x": np.arange(3)}], "cpu", depth=bad)
+    for bad in (2.0, True, "2"):
+        with pytest.raises(TypeError, match="depth must be an int"):
+            to_device(_loader(1), "cpu", depth=bad)  # type: ignore[arg-type]
+    with to_device(_loader(1), "cpu", depth=np.int64(256)) as dev:  # type: ignore[arg-type]
+        assert dev.depth == 256 and next(dev)["y"].shape == (16,)

@@ -14,6 +14,8 @@ __all__ = [
     "CorruptRunError",
     "CorruptStoreError",
     "IncompleteDatasetError",
+    "LoaderInUseError",
+    "LoaderTimeoutError",
     "MetricWrittenTwiceError",
     "NarrowingError",
     "OutBufferError",
@@ -24,6 +26,7 @@ __all__ = [
     "RunHasStepsError",
     "RunLockedError",
     "RunNotFoundError",
+    "SamplerError",
     "SchemaMismatchError",
     "StepOrderError",
     "StoreChangedError",
@@ -473,4 +476,64 @@ class ColumnTypeError(ChuteError, TypeError):
     ... except ColumnTypeError as e:
     ...     print(e)
     column 'ids' changes type across blocks: int64 then float64
+    """
+
+
+class SamplerError(ChuteError, ValueError):
+    """A sampler object gave the loader positions it cannot use: too many or too few for the
+    batch, outside ``[0, length)``, or not integers. Nothing was gathered for that step.
+
+    >>> import numpy as np
+    >>> from chute import DataLoader
+    >>> from chute.errors import SamplerError
+    >>> class OffByOne:
+    ...     length, batch_size, step = 10, 2, 0
+    ...     def seek(self, step): self.step = step
+    ...     def indices(self, step, start=0, stop=None):
+    ...         return np.array([9, 10], np.uint64)[start:stop]
+    >>> with DataLoader({"x": np.arange(10)}, sampler=OffByOne()) as loader:
+    ...     try:
+    ...         next(loader)
+    ...     except SamplerError as e:
+    ...         print(str(e).split(";")[0])
+    sampler OffByOne at step 0 gave position 10, outside [0, 10)
+    """
+
+
+class LoaderTimeoutError(ChuteError, TimeoutError):
+    """A loader's batch was not ready within its ``timeout=`` (a gather or the transform did
+    not return). The loader stays at that step: the next ``next()`` tries it again.
+
+    >>> import time, numpy as np
+    >>> from chute import DataLoader
+    >>> from chute.errors import LoaderTimeoutError
+    >>> def slow(batch):
+    ...     time.sleep(0.5)
+    ...     return batch
+    >>> with DataLoader({"x": np.arange(10)}, batch_size=2, transform=slow,
+    ...                 timeout=0.01) as loader:
+    ...     try:
+    ...         next(loader)
+    ...     except LoaderTimeoutError as e:
+    ...         print(isinstance(e, TimeoutError), loader.step)
+    True 0
+    """
+
+
+class LoaderInUseError(ChuteError, RuntimeError):
+    """A loader already feeding a device stage (`chute.frameworks.to_device`) was given to
+    another one: the two would split its batches between them. Close the first stage, or
+    keep using it.
+
+    >>> import numpy as np
+    >>> from chute import DataLoader
+    >>> from chute.errors import LoaderInUseError
+    >>> from chute.frameworks import to_device
+    >>> loader = DataLoader({"x": np.arange(10)}, batch_size=2)
+    >>> with to_device(loader, "cpu") as first:
+    ...     try:
+    ...         to_device(loader, "cpu")
+    ...     except LoaderInUseError as e:
+    ...         print(type(e).__name__)
+    LoaderInUseError
     """

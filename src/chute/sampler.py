@@ -29,12 +29,15 @@ _UNIT_BITS = 53  # uniform doubles in [0, 1) carry 53 random bits
 _WEIGHTED_DOMAIN = 0x5765696768746564  # keeps weighted draws apart from iid draws of a seed
 
 
-def _check_u64(name: str, value: int, minimum: int = 0) -> int:
+def _check_u64(name: str, value: int, minimum: int = 0, end: int = _U64) -> int:
+    """``value`` as an int in ``[minimum, end)``, ``end`` being 2**64 or just below it (the
+    loader's last step); bool refused, numpy integers taken."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     value = int(value)
-    if not minimum <= value < _U64:
-        raise ValueError(f"{name} must be in [{minimum}, 2**64), got {value}")
+    if not minimum <= value < end:
+        bound = "2**64" if end == _U64 else f"2**64 - {_U64 - end}"
+        raise ValueError(f"{name} must be in [{minimum}, {bound}), got {value}")
     return value
 
 
@@ -118,12 +121,8 @@ class StepSampler(ABC):
     seed: int
 
     def __init__(self, length: int, batch_size: int, seed: int = 0) -> None:
-        self.length = _check_u64("length", length)
-        self.batch_size = _check_u64("batch_size", batch_size)
-        if self.length == 0:
-            raise ValueError("length must be positive: the index space is empty")
-        if self.batch_size == 0:
-            raise ValueError("batch_size must be positive")
+        self.length = _check_u64("length", length, minimum=1)
+        self.batch_size = _check_u64("batch_size", batch_size, minimum=1)
         self.seed = _check_u64("seed", seed)
         self._step = 0
 
@@ -239,16 +238,12 @@ class WeightedSampler(StepSampler):
         w = np.asarray(weights)
         if w.ndim != 1 or w.size == 0 or w.dtype.kind not in "iuf" or w.dtype == np.bool_:
             raise ValueError(f"weights must be a non-empty 1-D array of numbers, got {w.dtype}")
-        w = w.astype(np.float64)
-        if not np.isfinite(w).all() or (w < 0).any():
-            raise ValueError("weights must be finite and non-negative")
         super().__init__(w.size, batch_size, seed)
-        self._cdf = np.cumsum(w)
+        self._cdf, self._digest = _cumulative(w)
         self._total = float(self._cdf[-1])
-        if not self._total > 0:
-            raise ValueError("weights sum to 0: no index can be drawn")
-        self._last = int(np.flatnonzero(w)[-1])  # rounding can never pick a zero weight past it
-        self._digest = hashlib.blake2b(w.tobytes(), digest_size=8).hexdigest()
+        # the last index whose weight counts: a rounding that lands on the total picks it,
+        # never a zero weight after it
+        self._last = int(np.searchsorted(self._cdf, self._total, side="left"))
         self._key = (self.seed ^ _WEIGHTED_DOMAIN) % _U64
 
     @property
@@ -272,3 +267,38 @@ class WeightedSampler(StepSampler):
             f"WeightedSampler(length={self.length}, batch_size={self.batch_size}, "
             f"seed={self.seed}, weights={self._digest}, step={self._step})"
         )
+
+
+_CHUNK = 1 << 18  # weights converted at a time: bounds the temporaries, whatever the length
+
+
+def _cumulative(w: npt.NDArray[Any]) -> tuple[npt.NDArray[np.float64], str]:
+    """The cumulative weights, scaled by the power of two that puts the largest weight in
+    [0.5, 1), and the digest of the weights as float64.
+
+    Scaling by a power of two is exact, so the draws are those of the weights as given, yet
+    no sum can overflow (1e308 each) or lose every bit to underflow (subnormal weights). The
+    float64 array is the only allocation of the weights' length; the rest goes chunk by chunk.
+    """
+    cdf = np.empty(w.size, np.float64)
+    digest = hashlib.blake2b(digest_size=8)
+    top = 0.0
+    with np.errstate(over="ignore"):  # a longdouble past float64's range becomes inf: refused
+        for start in range(0, w.size, _CHUNK):
+            part = cdf[start : start + _CHUNK]
+            part[...] = w[start : start + _CHUNK]
+            if not np.isfinite(part).all() or (part < 0).any():
+                raise ValueError("weights must be finite and non-negative")
+            digest.update(part.data)
+            top = max(top, float(part.max()))
+    if top == 0:
+        raise ValueError("weights sum to 0: no index can be drawn")
+    shift = -int(np.frexp(top)[1])
+    total = 0.0
+    for start in range(0, w.size, _CHUNK):
+        part = cdf[start : start + _CHUNK]
+        np.ldexp(part, shift, out=part)
+        part[0] += total  # carried in first, so each sum is the one a single pass makes
+        np.cumsum(part, out=part)
+        total = float(part[-1])
+    return cdf, digest.hexdigest()

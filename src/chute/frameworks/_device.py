@@ -12,14 +12,19 @@ once its copy has completed (the copy's own event, never a device-wide synchroni
 from __future__ import annotations
 
 import sys
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
+import numpy as np
+
 from chute._buffers import Allocate, BatchBuffers
 from chute._closing import Closing
 from chute._waiting import first_failure
+from chute.errors import LoaderInUseError
+from chute.loader._pipeline import MAX_PREFETCH
 
 if TYPE_CHECKING:
     from chute.loader import DataLoader
@@ -143,9 +148,21 @@ class _Pipeline:
 
 
 def _check_depth(depth: int) -> int:
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"depth must be a positive integer, got {depth!r}")
-    return depth
+    """``depth`` as an int in ``[1, MAX_PREFETCH]``: it is bounded as ``prefetch`` is, since
+    each copy in flight holds a whole batch of host and device memory."""
+    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)):
+        raise TypeError(f"depth must be an int (copies in flight), got {depth!r}")
+    if not 1 <= depth <= MAX_PREFETCH:
+        raise ValueError(
+            f"depth must be in [1, {MAX_PREFETCH}] copies, got {depth}: each copy in flight "
+            "holds a batch in host and device memory, and 2-3 are enough to hide the copies"
+        )
+    return int(depth)
+
+
+#: The device stage each loader feeds (keyed by the loader's id: an entry lives only while
+#: its stage, which holds the loader, does).
+_STAGES: weakref.WeakValueDictionary[int, DeviceLoader] = weakref.WeakValueDictionary()
 
 
 class DeviceLoader(Closing):
@@ -173,13 +190,21 @@ class DeviceLoader(Closing):
     """
 
     def __init__(self, loader: Any, mover: Mover, depth: int = 2) -> None:
+        depth = _check_depth(depth)
+        held = _STAGES.get(id(loader))
+        if held is not None:
+            raise LoaderInUseError(
+                f"{type(loader).__name__} already feeds {held!r}: a second device stage "
+                "would split its batches between the two; close that one first, or use it"
+            )
         self.loader = loader
         self.mover = mover
-        self.depth = _check_depth(depth)
+        self.depth = depth
         # in flight at once: the loader's prefetch, `depth` copies ahead, `depth` copying
         batches = loader.prefetch + 2 * depth + 2
         loader.use_buffers(BatchBuffers(batches * 2 * len(loader.streams), mover.allocate))
         self._pipe = _Pipeline(mover, self.depth)
+        _STAGES[id(loader)] = self
 
     @property
     def step(self) -> int:
@@ -235,6 +260,8 @@ class DeviceLoader(Closing):
         try:
             self._pipe.drain()
         finally:
+            if _STAGES.get(id(self.loader)) is self:
+                del _STAGES[id(self.loader)]
             self.loader.use_buffers(None)
             self.loader.close()
 

@@ -48,8 +48,9 @@ class EvalPass(Pipeline):
         prefetch: int = 4,
         transform: Callable[[Batch], Batch] | None = None,
         shard: Shard = None,
+        timeout: float | None = None,
     ) -> None:
-        super().__init__(as_streams(streams), num_threads, prefetch, transform)
+        super().__init__(as_streams(streams), num_threads, prefetch, transform, timeout)
         self._records = length = check_streams(self.streams)
         if last not in get_args(Last):
             raise ValueError(f"last must be one of {get_args(Last)}, got {last!r}")
@@ -132,15 +133,15 @@ def _signature_of(
 @_signature_of(EvalPass)
 def iterate(*args: Any, **kwargs: Any) -> EvalPass:
     """``iterate(streams, batch_size, *, indices=None, last="partial", num_threads=None,
-    prefetch=4, transform=None, shard=None)``: a finite pass (an `EvalPass`) visiting every
-    record (or each of ``indices``) exactly once, in order.
+    prefetch=4, transform=None, shard=None, timeout=None)``: a finite pass (an `EvalPass`)
+    visiting every record (or each of ``indices``) exactly once, in order.
 
     Batches are ``batch_size`` records (the global batch, split by ``shard`` as in
     `DataLoader`); the final one is shorter with ``last="partial"``, or full with
     ``last="pad"``, which repeats the last record and adds ``batch["mask"]``, True for the
     real rows (fixed shapes for jit-compiled steps and multi-host collectives). Threads,
-    prefetch, transform and errors work as in the endless loader; ``len()`` is the number of
-    steps. With shards, every process runs the same number of steps.
+    prefetch, transform, timeout and errors work as in the endless loader; ``len()`` is the
+    number of steps. With shards, every process runs the same number of steps.
 
     >>> [b["x"].tolist() for b in iterate({"x": np.arange(5)}, batch_size=2)]
     [[0, 1], [2, 3], [4]]

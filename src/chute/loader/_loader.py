@@ -9,14 +9,18 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._sharding import Shard, resolve_shard
+from chute.errors import SamplerError
 from chute.loader._evaluate import EvalPass, Last
 from chute.loader._pipeline import Pipeline
 from chute.loader._renamed import translate
 from chute.loader._streams import Batch, Stream, as_streams, check_streams
 from chute.loader._subset import IndexSet
-from chute.sampler import Sampler, SamplerLike, SamplerMode
+from chute.sampler import _U64, Sampler, SamplerLike, SamplerMode, _check_u64
 
 _DEFAULT_BATCH = 256
+STEP_END = _U64 - 1
+"""The step at which the endless loader ends: reading a step moves the uint64 step counter
+one past it, so the last step that can be read is ``2**64 - 2``."""
 
 
 def _make_sampler(
@@ -39,7 +43,10 @@ def _make_sampler(
         )
     if seed is not None:
         raise TypeError("seed= goes to the sampler object itself, not to the DataLoader")
-    if batch_size is not None and batch_size != sampler.batch_size:
+    name = type(sampler).__qualname__
+    _check_u64(f"the batch_size of sampler {name}", sampler.batch_size, minimum=1)
+    _check_u64(f"the length of sampler {name}", sampler.length, minimum=1)
+    if batch_size is not None and _check_u64("batch_size", batch_size, 1) != sampler.batch_size:
         raise ValueError(
             f"batch_size={batch_size} differs from the sampler's batch_size "
             f"{sampler.batch_size}; leave batch_size= out when passing a sampler object"
@@ -52,6 +59,34 @@ def _make_sampler(
     return sampler
 
 
+def _check_positions(
+    sampler: SamplerLike, step: int, span: tuple[int, int], positions: object
+) -> npt.NDArray[np.uint64]:
+    """What ``sampler.indices(step, *span)`` returned, as uint64 positions, once it is
+    known to be ``span``'s count of integers in ``[0, sampler.length)``."""
+    start, stop = span
+    length = sampler.length
+    array = np.asarray(positions)
+    problem = None
+    if array.dtype.kind not in "iu":
+        problem = f"positions of dtype {array.dtype}, not integers"
+    elif array.ndim != 1:
+        problem = f"an array of shape {array.shape}, not a 1-D array of positions"
+    elif array.size != stop - start:
+        problem = f"{array.size} positions for a batch slice of {stop - start}"
+    elif array.dtype.kind == "i" and int(array.min()) < 0:
+        problem = f"position {int(array.min())}, negative"
+    elif int(array.max()) >= length:
+        problem = f"position {int(array.max())}, outside [0, {length})"
+    if problem is not None:
+        raise SamplerError(
+            f"sampler {type(sampler).__qualname__} at step {step} gave {problem}; "
+            f"indices(step, {start}, {stop}) must return {stop - start} integer positions "
+            f"in [0, {length})"
+        )
+    return array.astype(np.uint64, copy=False)
+
+
 class DataLoader(Pipeline):
     """Yields dict batches forever; the batch at step s depends only on (configuration, s).
 
@@ -61,12 +96,16 @@ class DataLoader(Pipeline):
     ahead, yet batches come out in step order, so the stream of batches is the same for any
     threading. ``transform`` is the collate (a batch dict in, a batch dict out) and runs on the
     workers. An error raised by a gather or the transform is re-raised by ``next()`` with its
-    original traceback.
+    original traceback. With ``timeout=`` (seconds), a batch not ready in time raises
+    `LoaderTimeoutError` instead of waiting for ever; the workers are daemon threads, so a
+    transform that never returns does not hold up ``close()`` or the interpreter's exit.
 
     ``sampler`` is a mode name (``"cyclic"``, ``"iid"``, ``"sequential"``, drawn with
     ``batch_size`` and ``seed``) or a sampler object such as `WeightedSampler`, which carries
-    its own batch size and seed. ``indices=`` restricts the loader to those records (a
-    held-out split, say): the sampler then draws positions in ``[0, len(indices))``.
+    its own batch size and seed; what it returns for each step is checked (`SamplerError`:
+    a wrong count, a position out of range, not integers). ``indices=`` restricts the loader
+    to those records (a held-out split, say): the sampler then draws positions in
+    ``[0, len(indices))``.
 
     ``batch_size`` is the global batch. With ``shard=(index, count)`` each process gets its own
     contiguous ``batch_size // count`` slice of it, so all processes together read exactly the
@@ -99,6 +138,7 @@ class DataLoader(Pipeline):
         shard: Shard = None,
         *,
         indices: npt.ArrayLike | None = None,
+        timeout: float | None = None,
         **renamed: Any,
     ) -> None:
         if renamed:
@@ -109,13 +149,13 @@ class DataLoader(Pipeline):
             prefetch = moved.get("prefetch", prefetch)
             sampler = moved.get("sampler", sampler)
         super().__init__(as_streams(streams), num_threads, 4 if prefetch is None else prefetch,
-                         transform)  # fmt: skip
+                         transform, timeout)  # fmt: skip
         self._length = length = check_streams(self.streams)
         self.subset = None if indices is None else IndexSet(indices, length)
         space = length if self.subset is None else len(self.subset)
         self.sampler: SamplerLike = _make_sampler(sampler, space, batch_size, seed)
         if start_step is not None:
-            self.sampler.seek(start_step)
+            self.sampler.seek(_check_u64("start_step", start_step, end=STEP_END))
         self.shard = resolve_shard(shard, self.sampler.batch_size)
         index, count = self.shard
         share = self.sampler.batch_size // count
@@ -130,18 +170,30 @@ class DataLoader(Pipeline):
         self.sampler.seek(step)
 
     @property
+    def _end(self) -> int:
+        return STEP_END
+
+    def seek(self, step: int) -> None:
+        """Make ``step`` (at most ``2**64 - 2``) the next batch; work queued for other steps
+        is dropped."""
+        super().seek(_check_u64("step", step, end=STEP_END))
+
+    @property
     def batch_size(self) -> int:
         """The global batch size (all shards together)."""
         return self.sampler.batch_size
 
     def _plan(self, step: int) -> tuple[npt.NDArray[np.uint64], Mapping[str, Any]]:
-        positions = self.sampler.indices(step, *self._slice)
+        positions = _check_positions(
+            self.sampler, step, self._slice, self.sampler.indices(step, *self._slice)
+        )
         return (positions if self.subset is None else self.subset.map(positions)), {}
 
     def epoch(self, batch_size: int | None = None, last: Last = "partial") -> EvalPass:
         """One finite, ordered pass over this loader's records (its ``indices=`` if any).
 
-        Same streams, transform, threads, prefetch and shard as the loader; see `iterate`.
+        Same streams, transform, threads, prefetch, shard and timeout as the loader; see
+        `iterate`.
         """
         return EvalPass(
             self.streams,
@@ -152,6 +204,7 @@ class DataLoader(Pipeline):
             prefetch=self.prefetch,
             transform=self.transform,
             shard=self.shard,
+            timeout=self.timeout,
         )
 
     def _config(self) -> dict[str, Any]:

@@ -6,11 +6,13 @@ indices a step reads (`_plan`), where the step counter lives, and whether the st
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, wait
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -18,7 +20,9 @@ import numpy.typing as npt
 
 from chute._buffers import BatchBuffers
 from chute._closing import Closing
+from chute.errors import LoaderTimeoutError
 from chute.loader._streams import Batch, GathersInto, Stream
+from chute.loader._workers import CLOSE_WAIT, Workers
 from chute.sampler import _check_u64
 
 #: The most batches a loader builds ahead. A few keep the workers busy; past that, more only
@@ -44,11 +48,28 @@ def check_prefetch(prefetch: object, num_threads: object) -> tuple[int, int]:
     return int(prefetch), int(num_threads)
 
 
+def check_timeout(timeout: object) -> float | None:
+    """Validated ``timeout``: seconds a batch may take, or None to wait for ever."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    seconds = float(timeout)
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(
+            f"timeout must be a positive, finite number of seconds (None: wait for ever), "
+            f"got {timeout!r}"
+        )
+    return seconds
+
+
 class Pipeline(Closing):
     """``num_threads`` workers gather and transform up to ``prefetch`` steps ahead; ``next()``
     returns them in step order, so the stream of batches is the same for any threading. An
     error in a gather or the transform is re-raised by ``next()`` with its traceback, and the
-    pipeline stays at the failed step."""
+    pipeline stays at the failed step; so does a batch not ready within ``timeout`` seconds
+    (`LoaderTimeoutError`). The workers are daemon threads: a transform that never returns
+    holds up neither `close` nor the interpreter's exit."""
 
     def __init__(
         self,
@@ -56,15 +77,17 @@ class Pipeline(Closing):
         num_threads: int | None,
         prefetch: int,
         transform: Callable[[Batch], Batch] | None,
+        timeout: float | None = None,
     ) -> None:
         self.prefetch, self.num_threads = check_prefetch(prefetch, num_threads)
+        self.timeout = check_timeout(timeout)
         if transform is not None and not callable(transform):
             raise TypeError("transform must be a callable taking and returning a batch dict")
         self.streams = streams
         self.transform = transform
         self._pending: deque[Future[Batch]] = deque()
         self._next_submit = 0
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: Workers | None = None
         self._closed = False
         self._buffers: BatchBuffers | None = None
 
@@ -158,8 +181,10 @@ class Pipeline(Closing):
             self._stop_workers()  # a finished pass holds no threads; seek() starts them again
             raise StopIteration
         pool = self._pool
-        if pool is None:
-            pool = self._pool = ThreadPoolExecutor(self.num_threads, "chute-loader")
+        if pool is None or pool.pid != os.getpid():  # none yet, or a forked copy's
+            self._drop_pending()
+            grace = CLOSE_WAIT if self.timeout is None else self.timeout
+            pool = self._pool = Workers(self.num_threads, "chute-loader", grace)
         if self._next_submit - len(self._pending) != self.step:  # the step was moved
             self.seek(self.step)
         while len(self._pending) < self.prefetch and (end is None or self._next_submit < end):
@@ -167,6 +192,12 @@ class Pipeline(Closing):
             self._next_submit += 1
         future = self._pending.popleft()
         try:
+            if self.timeout is not None and not wait([future], self.timeout).done:
+                raise LoaderTimeoutError(
+                    f"the batch of step {self.step} was not ready within timeout="
+                    f"{self.timeout} s: a gather or the transform has not returned (its worker "
+                    "thread is left to it); the next next() tries this step again"
+                )
             batch = future.result()
         except BaseException:
             self.seek(self.step)  # stay at the failed step; drop what was queued behind it
@@ -182,10 +213,12 @@ class Pipeline(Closing):
     def _stop_workers(self) -> None:
         self._drop_pending()
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.stop()
             self._pool = None
 
     def close(self) -> None:
-        """Stop the worker threads; waits only for batches already being gathered."""
+        """Stop the worker threads. Batches already being built get at most ``timeout``
+        seconds (2 s without one) to finish; one still running then (a stuck transform) is
+        left to its daemon thread, which keeps neither this call nor the interpreter."""
         self._closed = True
         self._stop_workers()

@@ -1,0 +1,145 @@
+"""The loader's workers: a batch that takes too long raises (``timeout=``), and a transform
+that never returns holds up neither ``close()`` nor the interpreter's exit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chute
+from chute import DataLoader, EvalPass
+
+from ..store.isolate import OK, WRONG_DATA, run_isolated
+
+STUCK = """
+import threading, numpy as np, chute
+entered = threading.Event()
+def stuck(batch):
+    entered.set()
+    threading.Event().wait()  # never returns
+    return batch
+"""
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter; a hang (past 60 s) fails the test."""
+    return subprocess.run(
+        [sys.executable, "-c", STUCK + code], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("kind", ["DataLoader", "EvalPass"])
+def test_a_stuck_transform_with_a_timeout_raises_and_close_returns(kind: str) -> None:
+    proc = _run(f"""
+dl = chute.{kind}({{"x": np.arange(100)}}, batch_size=4, transform=stuck, num_threads=2,
+                  timeout=0.3)
+for attempt in range(2):  # the step stays put; trying again times out again
+    try:
+        next(dl)
+    except chute.errors.LoaderTimeoutError as e:
+        assert isinstance(e, TimeoutError) and isinstance(e, chute.ChuteError)
+        print(dl.step, str(e).split(":")[0])
+dl.close()
+print("closed")
+""")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines == ["0 the batch of step 0 was not ready within timeout=0.3 s"] * 2 + ["closed"]
+
+
+@pytest.mark.parametrize("close", [True, False])
+def test_a_stuck_transform_without_a_timeout_lets_the_interpreter_exit(close: bool) -> None:
+    proc = _run(f"""
+dl = chute.DataLoader({{"x": np.arange(100)}}, batch_size=4, transform=stuck, num_threads=2)
+threading.Thread(target=next, args=(dl,), daemon=True).start()  # waits for ever
+entered.wait()
+if {close}:
+    dl.close()
+    print("closed")
+print("exiting")
+""")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["closed", "exiting"] if close else ["exiting"]
+
+
+def test_a_slow_batch_past_the_timeout_is_tried_again_and_the_stream_goes_on() -> None:
+    release = threading.Event()
+    attempts: list[int] = []
+
+    def transform(batch: dict[str, Any]) -> dict[str, Any]:
+        if batch["x"][0] == 8:
+            attempts.append(8)
+            if len(attempts) == 1:
+                release.wait(30)  # the first attempt at step 2 hangs until released
+        return batch
+
+    streams = {"x": np.arange(100)}
+    with DataLoader(streams, 4, "sequential", transform=transform, timeout=0.2) as dl:
+        assert [next(dl)["x"][0] for _ in range(2)] == [0, 4]
+        with pytest.raises(chute.errors.LoaderTimeoutError, match="step 2"):
+            next(dl)
+        assert dl.step == 2
+        assert [next(dl)["x"][0] for _ in range(2)] == [8, 12]  # on another worker
+        release.set()
+    assert len(attempts) == 2
+    with EvalPass(streams, 40, timeout=5) as p:  # a timeout that is never reached
+        assert [len(b["x"]) for b in p] == [40, 40, 20]
+
+
+def test_a_batch_that_raises_timeout_error_itself_is_not_a_loader_timeout() -> None:
+    def transform(batch: dict[str, Any]) -> dict[str, Any]:
+        raise TimeoutError("the transform's own socket timed out")
+
+    with DataLoader({"x": np.arange(10)}, 2, transform=transform, timeout=5) as dl:
+        with pytest.raises(TimeoutError, match="own socket") as info:
+            next(dl)
+        assert not isinstance(info.value, chute.ChuteError)
+
+
+def test_timeout_is_checked() -> None:
+    streams = {"x": np.arange(10)}
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="timeout must be a positive, finite number"):
+            DataLoader(streams, 2, timeout=bad)
+    for bad in (True, "1"):
+        with pytest.raises(TypeError, match="timeout must be a number of seconds or None"):
+            DataLoader(streams, 2, timeout=bad)  # type: ignore[arg-type]
+    with DataLoader(streams, 2, timeout=np.float32(2)) as dl:
+        assert dl.timeout == 2.0 and dl.epoch().timeout == 2.0
+    assert chute.iterate(streams, 2, timeout=3).timeout == 3.0
+
+
+def test_close_waits_for_batches_being_built_within_the_timeout() -> None:
+    done: list[int] = []
+
+    def transform(batch: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(0.05)
+        done.append(int(batch["x"][0]))
+        return batch
+
+    before = set(threading.enumerate())
+    dl = DataLoader({"x": np.arange(100)}, 4, "sequential", transform=transform, num_threads=2)
+    next(dl)
+    dl.close()  # the batches running finished: no worker outlives close() here
+    assert set(threading.enumerate()) <= before
+    assert 0 in done
+
+
+def test_a_forked_child_gets_workers_of_its_own() -> None:
+    dl = DataLoader({"x": np.arange(100)}, 4, "sequential", num_threads=2)
+    assert next(dl)["x"].tolist() == [0, 1, 2, 3]  # the parent's workers run, batches queued
+
+    def child() -> int:
+        got = [next(dl)["x"].tolist() for _ in range(2)]
+        dl.close()
+        return OK if got == [[4, 5, 6, 7], [8, 9, 10, 11]] else WRONG_DATA
+
+    assert run_isolated(child, timeout=30) == OK
+    assert next(dl)["x"].tolist() == [4, 5, 6, 7]
+    dl.close()
