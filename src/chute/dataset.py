@@ -14,7 +14,7 @@ from chute._progress import STEP_BYTES, Progress
 from chute._schema import WriteMode, check_plain_dtype, open_for_writing
 from chute._view import StoreView, check_indices, index_bounds
 from chute.datasets._append import write_sharded
-from chute.datasets._write import check_sharding
+from chute.datasets._write import check_sharding, replacing_shards
 from chute.errors import OutBufferError
 from chute.store import Codec
 from chute.store._internal import MAX_RECORD, sample_rows
@@ -82,9 +82,10 @@ def write_dataset(
     rows_per_read = max(1, chunk_bytes // max(row_bytes, 1))
     rows_per_step = max(1, min(chunk_bytes, STEP_BYTES) // max(row_bytes, 1))
     fields = {"dtype": dtype.str, "shape": list(shape[1:])}
-    store, c = open_for_writing(
-        path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
-    )
+    with replacing_shards(path, overwrite=overwrite):
+        store, c = open_for_writing(
+            path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
+        )
     with store, Progress(n * row_bytes, f"write {path.name}", show=progress) as bar:
         if c is Codec.ZSTD_DICT and not store.has_dict and n:
             picks = sample_rows(n, row_bytes, dict_size)

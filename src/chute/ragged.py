@@ -23,7 +23,7 @@ from chute._progress import STEP_BYTES, Progress
 from chute._schema import WriteMode, check_plain_dtype, open_for_writing
 from chute._view import StoreView, check_indices
 from chute.datasets._append import write_sharded
-from chute.datasets._write import check_sharding
+from chute.datasets._write import check_sharding, replacing_shards
 from chute.errors import CorruptStoreError
 from chute.store import Codec, RecordStore
 from chute.store._internal import MAX_RECORD
@@ -116,9 +116,10 @@ def write_ragged(
     ):  # fmt: skip
         return RaggedDataset(path)
     fields = {"ragged": True, "dtype": set_dtype.str, "item_shape": list(set_shape)}
-    store, c = open_for_writing(
-        path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
-    )
+    with replacing_shards(path, overwrite=overwrite):
+        store, c = open_for_writing(
+            path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
+        )
     with store, Progress(None, f"write {path.name}", show=progress) as bar:
         pending: list[npt.NDArray[Any]] = [first[0]] if first else []
         size = pending[0].nbytes if pending else 0

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute import _native
+from chute._safe_open import open_regular
 from chute.errors import CorruptStoreError, StoreError
 from chute.store import _format as fmt
 from chute.store._codec import digest_for_reading
@@ -138,12 +139,12 @@ class StoreFiles:
 
     def open_chunks(self, tail_chunk: int) -> None:
         """Open chunk files up to ``tail_chunk`` and map them (again, when that adds any)."""
-        flags = os.O_RDWR if self.writable else os.O_RDONLY
         known = len(self.chunk_fds)
         while len(self.chunk_fds) <= tail_chunk:
             c = len(self.chunk_fds)
-            try:
-                self.chunk_fds.append(os.open(self.path / fmt.chunk_file(c), flags))
+            try:  # a regular file in the store's own folder: no symlink to another store
+                fd = open_regular(self.path / fmt.chunk_file(c), self.path, write=self.writable)
+                self.chunk_fds.append(fd)
             except FileNotFoundError:
                 raise CorruptStoreError(
                     f"{self.path}: chunk file {fmt.chunk_file(c)} is missing "
