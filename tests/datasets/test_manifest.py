@@ -43,15 +43,19 @@ def _refused(path: Path, *, verify: bool = False) -> int:
     return WRONG_DATA
 
 
-@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
-def test_a_manifest_that_is_a_fifo_or_dev_zero_is_refused(tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("dataset.json", "fifo"), ("dataset.json", "dev-zero"), ("gen.chute", "fifo")],
+)
+def test_a_manifest_or_generation_file_that_is_a_fifo_or_dev_zero_is_refused(
+    tmp_path: Path, name: str, kind: str
+) -> None:
     path = _sharded(tmp_path / "d")
-    manifest = path / "dataset.json"
-    manifest.unlink()
+    (path / name).unlink()
     if kind == "fifo":
-        os.mkfifo(manifest)
+        os.mkfifo(path / name)
     else:
-        manifest.symlink_to("/dev/zero")
+        (path / name).symlink_to("/dev/zero")
     assert run_isolated(lambda: _refused(path), timeout=30) == OK
 
 
@@ -59,7 +63,7 @@ def test_a_manifest_over_its_bound_is_refused_unread(tmp_path: Path) -> None:
     path = _sharded(tmp_path / "d")
     with open(path / "dataset.json", "r+b") as f:
         f.truncate(65 << 20)  # sparse: past the 64 MiB a manifest may hold
-    with pytest.raises(UnsafeFileError, match="dataset.json holds more than"):
+    with pytest.raises(UnsafeFileError, match=r"dataset\.json holds more than"):
         Dataset(path)
 
 
@@ -68,9 +72,9 @@ def test_a_shard_linked_to_another_store_is_refused(tmp_path: Path, verify: bool
     path, other = _sharded(tmp_path / "d"), _sharded(tmp_path / "other", OTHER)
     shutil.rmtree(path / "part-00001.zr")
     (path / "part-00001.zr").symlink_to(other / "part-00001.zr")
-    with pytest.raises(UnsafeFileError, match="part-00001.zr"):
+    with pytest.raises(UnsafeFileError, match=r"part-00001\.zr"):
         Dataset(path, verify=verify)
-    with pytest.raises(UnsafeFileError, match="part-00001.zr"):
+    with pytest.raises(UnsafeFileError, match=r"part-00001\.zr"):
         append_dataset(path, ROWS[:2])
     assert (other / "part-00001.zr" / "meta.zr").exists()  # nothing of it was touched
 
@@ -82,7 +86,7 @@ def test_a_chunk_file_linked_to_another_store_is_refused(tmp_path: Path) -> None
     chunk.symlink_to(other / "part-00000.zr" / "0.zr")  # same sizes: only bytes differ
     with Dataset(path) as ds:
         assert np.array_equal(ds[15:], ROWS[15:])  # the other shard is fine
-        with pytest.raises(UnsafeFileError, match="0.zr resolves to"):
+        with pytest.raises(UnsafeFileError, match=r"0\.zr resolves to"):
             ds[[0]]
 
 
@@ -110,7 +114,7 @@ def test_a_malformed_manifest_is_an_error_naming_it(tmp_path: Path, damage: str)
     else:
         manifest.mkdir()
     for call in (lambda: Dataset(path), lambda: append_dataset(path, ROWS)):
-        with pytest.raises(ChuteError, match="dataset.json") as caught:
+        with pytest.raises(ChuteError, match=r"dataset\.json") as caught:
             call()
         expected = CorruptStoreError if damage == "nested" else UnsafeFileError
         assert isinstance(caught.value, expected)

@@ -232,8 +232,8 @@ class StoreFiles:
     def open_gen(self) -> bool:
         """Open and map gen.chute if it is there and sound; True when it is."""
         path = self.path / fmt.GEN_FILE
-        try:
-            fd = os.open(path, os.O_RDWR if self.writable else os.O_RDONLY)
+        try:  # a FIFO here would hang the open: a regular file in the folder only
+            fd = open_regular(path, self.path, write=self.writable)
         except FileNotFoundError:
             return False
         if os.fstat(fd).st_size < fmt.GEN_HEADER.size:
