@@ -34,7 +34,7 @@ def _sharded(path: Path, rows: np.ndarray = ROWS) -> Path:
 
 def _refused(path: Path, *, verify: bool = False) -> int:
     """In the child: OK when opening and reading ``path`` is an UnsafeFileError."""
-    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # /dev/zero: fail, not swap
+    resource.setrlimit(resource.RLIMIT_DATA, (2 << 30, 2 << 30))  # /dev/zero: fail, not swap
     try:
         with Dataset(path, verify=verify) as ds:
             ds[:]
@@ -45,13 +45,16 @@ def _refused(path: Path, *, verify: bool = False) -> int:
 
 @pytest.mark.parametrize(
     ("name", "kind"),
-    [("dataset.json", "fifo"), ("dataset.json", "dev-zero"), ("gen.chute", "fifo")],
-)
+    [
+        ("dataset.json", "fifo"), ("dataset.json", "dev-zero"), ("gen.chute", "fifo"),
+        ("part-00001.zr/schema.json", "fifo"),
+    ],
+)  # fmt: skip
 def test_a_manifest_or_generation_file_that_is_a_fifo_or_dev_zero_is_refused(
     tmp_path: Path, name: str, kind: str
 ) -> None:
     path = _sharded(tmp_path / "d")
-    (path / name).unlink()
+    (path / name).unlink(missing_ok=True)
     if kind == "fifo":
         os.mkfifo(path / name)
     else:
