@@ -225,3 +225,26 @@ def test_batch_reads_see_records_appended_after_the_view_opened(tmp_path: Path, 
         with pytest.raises(chute.RecordIndexError, match="-21 is out of range"):
             ds.__getitems__([0] * (size - 1) + [-21])
         np.testing.assert_array_equal(ds.__getitems__(np.array([], np.int64)), ARRAY[:0])
+
+
+BLOBS = [b"ab\x00", b"c", b"\x00\x00", b"", bytes(range(256)) * 3]
+
+
+def test_a_list_of_bytes_is_stored_byte_for_byte(tmp_path: Path, kind: dict[str, Any]) -> None:
+    path = tmp_path / "blobs"
+    with write_dataset(path, BLOBS, **kind) as ds:  # variable-length records, NULs kept
+        assert isinstance(ds, chute.RaggedDataset) and ds.dtype == np.uint8
+        assert [ds[i].tobytes() for i in range(len(ds))] == BLOBS
+    with chute.RaggedDataset(path) as ds:
+        values, splits = ds[[2, 0]]
+        assert values.tobytes() == b"\x00\x00ab\x00" and splits.tolist() == [0, 2, 5]
+    mixed = (bytearray(b"x\x00"), memoryview(b"\x00y"))
+    with write_dataset(tmp_path / "mixed", mixed) as ds:
+        assert [ds[i].tobytes() for i in range(len(ds))] == [b"x\x00", b"\x00y"]
+
+
+def test_a_fixed_width_bytes_array_is_numpys_nul_padded_type(tmp_path: Path) -> None:
+    array = np.array(BLOBS[:3])  # what the caller asked for: |S3, trailing NULs not kept
+    with write_dataset(tmp_path / "s3", array) as ds:
+        assert isinstance(ds, Dataset) and ds.dtype == np.dtype("S3")
+        assert ds[:].tolist() == [b"ab", b"c", b""]

@@ -253,3 +253,11 @@ def test_loader_reads_loaderx_datasets_as_streams(tmp_path: Path) -> None:
         batch = next(dl)
     assert batch["label"].tolist() == [0, 1, 2, 3]
     _check_packed(batch["tokens"], seqs[:4])
+
+
+def test_bytes_records_are_uint8_rows_byte_for_byte(tmp_path: Path, kind: dict[str, Any]) -> None:
+    blobs = [b"\x00a\x00", bytearray(b""), memoryview(b"\x00\x00")]
+    with write_ragged(tmp_path / "b", blobs, **kind) as ds:
+        assert ds.dtype == np.uint8 and ds.item_shape == ()
+        assert [ds[i].tobytes() for i in range(len(ds))] == [bytes(b) for b in blobs]
+        assert ds.lengths([0, 1, 2]).tolist() == [3, 0, 2]

@@ -45,9 +45,12 @@ def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
     return real
 
 
-def open_regular(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> int:
-    """Open ``path`` read-only and return its descriptor, if it is a regular file inside
-    ``root``; else `UnsafeFileError` (a missing file stays a FileNotFoundError).
+def open_regular(
+    path: str | os.PathLike[str], root: str | os.PathLike[str], *, write: bool = False
+) -> int:
+    """Open ``path`` read-only (read-write with ``write``) and return its descriptor, if it
+    is a regular file inside ``root``; else `UnsafeFileError` (a missing file stays a
+    FileNotFoundError).
 
     >>> import os, tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
@@ -58,7 +61,7 @@ def open_regular(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> 
     chute.errors.UnsafeFileError: .../pipe is a FIFO, not a regular file
     """
     real = inside(path, root)
-    fd = os.open(real, _FLAGS)
+    fd = os.open(real, (_FLAGS | os.O_RDWR) if write else _FLAGS)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

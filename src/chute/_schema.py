@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from chute._safe_open import read_regular
 from chute.errors import (
     CorruptStoreError,
     SchemaMismatchError,
@@ -24,6 +25,7 @@ from chute.store._internal import SCHEMA_FILE, codec_name, parse_codec, write_fi
 
 SCHEMA_FORMAT = "loaderx-zrecord"
 SCHEMA_VERSION = 1
+MAX_SCHEMA_BYTES = 1 << 20  # a dtype, a shape and a codec: far less in any real schema.json
 
 
 def write_schema(path: Path, fields: dict[str, Any]) -> None:
@@ -40,13 +42,15 @@ def read_schema(path: Path) -> dict[str, Any]:
             "chute.write_dataset or write_ragged); convert an array with write_dataset"
         )
     try:
-        doc = json.loads(file.read_bytes())
+        doc = json.loads(read_regular(file, path, MAX_SCHEMA_BYTES))
     except FileNotFoundError:
         if not path.exists():
             raise StoreNotFoundError(f"no dataset at {path}: the path does not exist") from None
         raise StoreNotFoundError(f"{path} has no schema.json: not a dataset") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise CorruptStoreError(f"{file} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise CorruptStoreError(f"{file} nests deeper than a schema does") from None
     return parse_schema(doc, str(file))
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -14,14 +15,35 @@ from chute._progress import STEP_BYTES, Progress
 from chute._schema import WriteMode, check_plain_dtype, open_for_writing
 from chute._view import StoreView, check_indices, index_bounds
 from chute.datasets._append import write_sharded
-from chute.datasets._write import check_sharding
+from chute.datasets._write import check_sharding, replacing_shards
 from chute.errors import OutBufferError
+from chute.ragged import BYTES, RaggedDataset, write_ragged
 from chute.store import Codec
 from chute.store._internal import MAX_RECORD, sample_rows
 
 __all__ = ["Dataset", "write_dataset"]
 
 
+BytesRecords = Sequence[bytes | bytearray | memoryview]
+"""A list (or tuple) of byte strings: `write_dataset` stores them as variable-length records."""
+
+
+@overload
+def write_dataset(
+    path: str | os.PathLike[str],
+    array: BytesRecords,
+    codec: str | None = None,
+    chunk_bytes: int = 64 << 20,
+    dict_size: int | None = None,
+    *,
+    mode: WriteMode = "w",
+    level: int | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    shard_records: int | None = None,
+    workers: int | None = None,
+) -> RaggedDataset: ...
+@overload
 def write_dataset(
     path: str | os.PathLike[str],
     array: Any,
@@ -35,7 +57,21 @@ def write_dataset(
     progress: bool | None = None,
     shard_records: int | None = None,
     workers: int | None = None,
-) -> Dataset:
+) -> Dataset: ...
+def write_dataset(
+    path: str | os.PathLike[str],
+    array: Any,
+    codec: str | None = None,
+    chunk_bytes: int = 64 << 20,
+    dict_size: int | None = None,
+    *,
+    mode: WriteMode = "w",
+    level: int | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    shard_records: int | None = None,
+    workers: int | None = None,
+) -> Dataset | RaggedDataset:
     """Write ``array`` as one record per slice along axis 0 and return it opened.
 
     ``array`` is anything with ``shape``, ``dtype`` and slicing (a memory-mapped ``.npy``,
@@ -54,12 +90,28 @@ def write_dataset(
     see `chute.datasets`), ``workers`` shards at a time in a process pool; ``mode="a"``
     on a sharded dataset appends to it (`chute.append_dataset`).
 
+    A list or tuple of ``bytes`` (``bytearray``, ``memoryview``) is stored byte for byte as
+    variable-length records (`write_ragged` of ``uint8`` records): the call returns a
+    `RaggedDataset`, where ``ds[i].tobytes()`` is record i and ``ds[indices]`` a packed
+    batch ``(values, row_splits)``. A fixed-width bytes array (numpy dtype ``S<n>``) is stored
+    only when passed as a numpy array, and then as numpy's NUL-padded type: every record is
+    n bytes, and numpy drops trailing NUL bytes when it reads one.
+
     >>> import tempfile, numpy as np
     >>> rows = np.arange(12, dtype=np.int16).reshape(4, 3)
     >>> ds = write_dataset(tempfile.mkdtemp() + "/x.zr", rows)
     >>> ds[1:3].tolist()
     [[3, 4, 5], [6, 7, 8]]
+    >>> blobs = write_dataset(tempfile.mkdtemp() + "/b.zr", [b"ab\x00", b"c", b"\x00\x00"])
+    >>> [blobs[i].tobytes() for i in range(len(blobs))]
+    [b'ab\x00', b'c', b'\x00\x00']
     """
+    if _is_bytes_records(array):
+        return write_ragged(
+            path, array, np.uint8, (),
+            codec, chunk_bytes, dict_size, mode=mode, level=level, overwrite=overwrite,
+            shard_records=shard_records, workers=workers, progress=progress,
+        )  # fmt: skip
     path = Path(path)
     if not hasattr(array, "shape") or not hasattr(array, "dtype"):
         array = np.asarray(array)
@@ -82,9 +134,10 @@ def write_dataset(
     rows_per_read = max(1, chunk_bytes // max(row_bytes, 1))
     rows_per_step = max(1, min(chunk_bytes, STEP_BYTES) // max(row_bytes, 1))
     fields = {"dtype": dtype.str, "shape": list(shape[1:])}
-    store, c = open_for_writing(
-        path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
-    )
+    with replacing_shards(path, overwrite=overwrite):
+        store, c = open_for_writing(
+            path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
+        )
     with store, Progress(n * row_bytes, f"write {path.name}", show=progress) as bar:
         if c is Codec.ZSTD_DICT and not store.has_dict and n:
             picks = sample_rows(n, row_bytes, dict_size)
@@ -98,6 +151,15 @@ def write_dataset(
                 store.append(rows[k : k + rows_per_step])
                 bar.advance(len(rows[k : k + rows_per_step]) * row_bytes)
     return Dataset(path)
+
+
+def _is_bytes_records(array: Any) -> bool:
+    """A list or tuple of byte strings (which numpy would make a NUL-padded ``S`` array)."""
+    return (
+        isinstance(array, (list, tuple))
+        and len(array) > 0
+        and all(isinstance(item, BYTES) for item in array)
+    )
 
 
 def _rows_as_bytes(rows: npt.NDArray[Any], n: int) -> npt.NDArray[np.uint8]:

@@ -23,12 +23,15 @@ from chute._progress import STEP_BYTES, Progress
 from chute._schema import WriteMode, check_plain_dtype, open_for_writing
 from chute._view import StoreView, check_indices
 from chute.datasets._append import write_sharded
-from chute.datasets._write import check_sharding
+from chute.datasets._write import check_sharding, replacing_shards
 from chute.errors import CorruptStoreError
 from chute.store import Codec, RecordStore
 from chute.store._internal import MAX_RECORD
 
 __all__ = ["RaggedDataset", "pad", "write_ragged"]
+
+BYTES = (bytes, bytearray, memoryview)
+"""Records given as byte strings: stored as ``uint8`` rows, byte for byte."""
 
 Packed = tuple[npt.NDArray[Any], npt.NDArray[np.int64]]
 """``(values, row_splits)``: all rows of a batch end to end, and the n+1 record edges."""
@@ -40,7 +43,10 @@ def _records(
     """Each record as a contiguous array, checked against the dtype and row shape of the set
     (taken from the first record where not given)."""
     for i, item in enumerate(arrays):
-        record = np.asarray(item)
+        # bytes as they are, every byte: np.asarray would make a NUL-stripping S scalar
+        record = (
+            np.frombuffer(bytes(item), np.uint8) if isinstance(item, BYTES) else np.asarray(item)
+        )
         if dtype is None:
             dtype = record.dtype
         if item_shape is None:
@@ -76,7 +82,8 @@ def write_ragged(
     """Write an iterable of variable-length arrays, one record each, and return it opened.
 
     Every array is ``(rows, *item_shape)`` of one dtype; both are taken from the first array
-    unless given (a plain 1-D array is a sequence of scalar rows). Records are appended
+    unless given (a plain 1-D array is a sequence of scalar rows; ``bytes``, ``bytearray``
+    and ``memoryview`` records are ``uint8`` rows, stored byte for byte). Records are appended
     ``chunk_bytes`` at a time, so a generator is never held whole. ``codec`` is ``"zstd"``,
     ``"raw"`` or ``"zstd_dict"`` (the dictionary is trained on the first chunk's records);
     the default is ``"zstd"``, or the store's own codec when appending. ``mode`` is as in
@@ -116,9 +123,10 @@ def write_ragged(
     ):  # fmt: skip
         return RaggedDataset(path)
     fields = {"ragged": True, "dtype": set_dtype.str, "item_shape": list(set_shape)}
-    store, c = open_for_writing(
-        path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
-    )
+    with replacing_shards(path, overwrite=overwrite):
+        store, c = open_for_writing(
+            path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
+        )
     with store, Progress(None, f"write {path.name}", show=progress) as bar:
         pending: list[npt.NDArray[Any]] = [first[0]] if first else []
         size = pending[0].nbytes if pending else 0

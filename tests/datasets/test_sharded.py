@@ -35,7 +35,9 @@ def sharded(tmp_path: Path) -> Path:
 
 def test_layout_and_manifest_bytes(sharded: Path) -> None:
     names = sorted(p.name for p in sharded.iterdir())
-    assert names == ["dataset.json", "dataset.lock"] + [f"part-{i:05d}.zr" for i in range(11)]
+    assert names == ["dataset.json", "dataset.lock", "gen.chute"] + [
+        f"part-{i:05d}.zr" for i in range(11)
+    ]
     doc = json.loads((sharded / "dataset.json").read_text())
     fields = {k: v for k, v in doc.items() if k != "checksum"}
     canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)

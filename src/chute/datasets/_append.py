@@ -16,10 +16,12 @@ from chute.datasets._write import (
     Rows,
     append_shards,
     check_appendable,
+    clear,
     fixed_payloads,
+    occupied,
     ragged_payloads,
-    remove_dataset_files,
     write_shards,
+    writer_lock,
 )
 from chute.errors import StoreError
 from chute.store import Codec, RecordStore
@@ -133,8 +135,8 @@ def write_sharded(
     options: dict[str, Any],
 ) -> bool:
     """The sharded path of `write_dataset` / `write_ragged`; False where the write is of a
-    single store, which the caller then makes (a sharded dataset that ``overwrite=True``
-    replaces is removed first). ``mode="a"`` on a sharded dataset appends
+    single store, which the caller then makes (inside `replacing_shards`, which removes a
+    sharded dataset that ``overwrite=True`` replaces). ``mode="a"`` on a sharded dataset appends
     (`append_dataset` / `append_ragged`); with ``shard_records``, shards of that many
     records are written anew (``source`` is the array, or the checked records)."""
     if mode not in ("w", "a"):
@@ -157,18 +159,8 @@ def write_sharded(
         append(path, source, workers=workers).close()
         return True
     if shard_records is None:
-        if overwrite and sharded:
-            remove_dataset_files(path)
         return False
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        if mode == "a":
-            raise StoreError(f"{path} holds a single store, not shards: append without shards")
-        if not overwrite:
-            raise FileExistsError(
-                f"{path} exists and is not empty; pass mode='a' to append to it or "
-                "overwrite=True to replace it"
-            )
-        remove_dataset_files(path)
+    _refuse_occupied(path, mode, overwrite)
     options = {**options, "codec": options.get("codec") or "zstd"}
     if kind == "fixed":
         payloads: Iterable[Any] = fixed_payloads(source, shard_records)
@@ -176,7 +168,24 @@ def write_sharded(
     else:
         payloads = ragged_payloads(source, shard_records, lazy=workers in (None, 1))
         empty = []
-    write_shards(
-        path, kind, payloads, empty, shard_records=shard_records, workers=workers, options=options
-    )
+    path.mkdir(parents=True, exist_ok=True)
+    with writer_lock(path):  # taken before anything is removed
+        _refuse_occupied(path, mode, overwrite)  # again: another writer may have finished
+        clear(path)
+        write_shards(
+            path, kind, payloads, empty,
+            shard_records=shard_records, workers=workers, options=options,
+        )  # fmt: skip
     return True
+
+
+def _refuse_occupied(path: Path, mode: str, overwrite: bool) -> None:
+    if not occupied(path):
+        return
+    if mode == "a":
+        raise StoreError(f"{path} holds a single store, not shards: append without shards")
+    if not overwrite:
+        raise FileExistsError(
+            f"{path} exists and is not empty; pass mode='a' to append to it or "
+            "overwrite=True to replace it"
+        )

@@ -5,7 +5,10 @@ A sharded dataset is a directory::
     dataset.json     the manifest (below); written last, atomically: its presence commits
     part-00000.zr    a complete store (meta.zr, chunks, crc32c.chute, schema.json)
     part-00001.zr    ...
-    dataset.lock     taken by the one writer (append, compact); readers never lock
+    dataset.lock     taken by the one writer (write, append, compact); readers never lock
+    gen.chute        the dataset's generation (a store's gen.chute format), raised by each
+                     overwrite before a shard is removed; a reader opened before raises
+                     StoreChangedError. Only chute reads it; a dataset without it is at 0.
 
 The manifest is UTF-8 JSON holding one object::
 
@@ -28,6 +31,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -35,12 +39,20 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from chute._safe_open import read_regular
 from chute._schema import parse_schema
-from chute.errors import CorruptStoreError, IncompleteDatasetError, StoreNotFoundError
+from chute.errors import (
+    CorruptStoreError,
+    IncompleteDatasetError,
+    StoreNotFoundError,
+    UnsafeFileError,
+)
 from chute.store._format import MAX_RECORDS, META_FILE
 from chute.store._io import write_file_atomic
 
 MANIFEST_FILE: Final = "dataset.json"
+#: dataset.json's size cap: about 900 000 shards, where chute writes ~75 bytes per shard.
+MAX_MANIFEST_BYTES: Final = 64 << 20
 LOCK_FILE: Final = "dataset.lock"
 FORMAT: Final = "chute-sharded"
 VERSION: Final = 1
@@ -52,10 +64,23 @@ def shard_name(i: int) -> str:
 
 
 def shard_dirs(path: Path) -> list[Path]:
-    """The shard directories present under ``path`` (committed or not), in name order."""
+    """The shard directories present under ``path`` (committed or not), in name order; a
+    symlink of a shard's name is listed too (never followed: see `remove_shard`)."""
     if not path.is_dir():
         return []
-    return sorted(p for p in path.iterdir() if _SHARD_NAME.fullmatch(p.name) and p.is_dir())
+    return sorted(
+        p
+        for p in path.iterdir()
+        if _SHARD_NAME.fullmatch(p.name) and (p.is_symlink() or p.is_dir())
+    )
+
+
+def remove_shard(part: Path) -> None:
+    """Remove a shard directory, or only the link where a symlink stands in its place."""
+    if part.is_symlink():
+        part.unlink()
+    else:
+        shutil.rmtree(part)
 
 
 def is_sharded(path: str | os.PathLike[str]) -> bool:
@@ -141,7 +166,7 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     path = Path(path)
     file = path / MANIFEST_FILE
     try:
-        raw = file.read_bytes()
+        raw = read_regular(file, path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         if shard_dirs(path):
             raise IncompleteDatasetError(
@@ -153,6 +178,8 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise CorruptStoreError(f"{file} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise CorruptStoreError(f"{file} nests deeper than a manifest does") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CorruptStoreError(f"{file} is not a {FORMAT} manifest")
     if doc.get("version") != VERSION:
@@ -177,6 +204,11 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     if manifest.records != total:
         raise CorruptStoreError(
             f"{file} says {total} records but its shards add up to {manifest.records}"
+        )
+    linked = [name for name in names if (path / name).is_symlink()]
+    if linked:
+        raise UnsafeFileError(
+            f"{path}: shards {linked} are symlinks; a dataset reads only its own folder"
         )
     missing = [name for name in names if not (path / name / META_FILE).exists()]
     if missing:

@@ -14,21 +14,24 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from chute._closing import Closing
+from chute._safe_open import inside
 from chute._schema import read_schema
 from chute._waiting import wait_all
 from chute.datasets._manifest import Manifest, read_manifest
-from chute.errors import CorruptStoreError, StoreClosedError
+from chute.errors import CorruptStoreError, StoreChangedError, StoreClosedError
 from chute.store import RecordStore
+from chute.store._files import StoreFiles
 from chute.store._internal import check_out, out_stride
 
 _Part = tuple[int, RecordStore, npt.NDArray[np.intp], npt.NDArray[np.int64]]
 _Split = Iterator[_Part]
+_T = TypeVar("_T")
 
 
 class ShardedStore(Closing):
@@ -49,7 +52,15 @@ class ShardedStore(Closing):
         self, path: str | os.PathLike[str], *, verify: bool = False, threads: int | None = None
     ) -> None:
         self._path = Path(path)
-        self._manifest = read_manifest(self._path)
+        # gen.chute before the manifest: an overwrite removes the manifest before it raises
+        # the generation, so a manifest read after this is of this generation or later
+        self._gen = StoreFiles(self._path, writable=False)  # used for its gen.chute alone
+        self._generation = self._gen.generation()
+        try:
+            self._manifest = read_manifest(self._path)
+        except BaseException:
+            self._gen.close()
+            raise
         self._starts = self._manifest.starts()
         self._length = int(self._starts[-1])
         self._verify = verify
@@ -91,6 +102,7 @@ class ShardedStore(Closing):
 
     def __len__(self) -> int:
         self._check_open()
+        self._check_changed()
         return self._length
 
     def shard(self, i: int) -> RecordStore:
@@ -102,13 +114,14 @@ class ShardedStore(Closing):
         with self._lock:
             store = self._stores[i]
             if store is None:
-                store = self._open_shard(i)
+                store = self._guarded(lambda: self._open_shard(i))
                 self._stores[i] = store
         return store
 
     def _open_shard(self, i: int) -> RecordStore:
         name, want = self._manifest.shards[i]
         where = self._path / name
+        inside(where, self._path)  # it may have become a link out since the manifest was read
         schema = read_schema(where)
         ours = self._manifest.schema
         if any(schema.get(k) != ours.get(k) for k in ("dtype", "shape", "item_shape", "ragged")):
@@ -129,6 +142,26 @@ class ShardedStore(Closing):
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"the dataset at {self._path} is closed")
+
+    def _check_changed(self) -> None:
+        if self._gen.generation() != self._generation:
+            raise StoreChangedError(
+                f"{self._path} was overwritten since this reader opened it (its shards may "
+                "hold another dataset now): reopen the dataset"
+            )
+
+    def _guarded(self, read: Callable[[], _T]) -> _T:
+        """``read()`` between two checks of the dataset's generation, so an overwrite before
+        or during it is `StoreChangedError` (also where it made ``read`` fail), never a mix
+        of the old dataset's records and the new one's."""
+        self._check_changed()
+        try:
+            result = read()
+        except Exception:
+            self._check_changed()
+            raise
+        self._check_changed()
+        return result
 
     def _as_indices(self, indices: Any) -> npt.NDArray[np.int64]:
         arr = np.asarray(indices)
@@ -169,9 +202,13 @@ class ShardedStore(Closing):
         """Logical (decoded) byte size of each record."""
         idx = self._as_indices(indices)
         out = np.empty(idx.size, np.uint32)
-        for _, store, pos, local in self._split(idx):
-            out[pos] = store.lengths(local)
-        return out
+
+        def read() -> npt.NDArray[np.uint32]:
+            for _, store, pos, local in self._split(idx):
+                out[pos] = store.lengths(local)
+            return out
+
+        return self._guarded(read)
 
     def gather(self, indices: Any, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """Decode equal-size records into the rows of ``out`` (C-contiguous, n rows)."""
@@ -180,11 +217,15 @@ class ShardedStore(Closing):
         if idx.size == 0:
             return out
         stride = out_stride(out, idx.size)
+        self._guarded(lambda: self._gather(idx, out, stride))
+        return out
+
+    def _gather(self, idx: npt.NDArray[np.int64], out: npt.NDArray[Any], stride: int) -> None:
         parts = list(self._split(idx))
         if len(parts) == 1:  # one shard: the plain gather, which checks every size itself
             self._count(parts[0][0])
             parts[0][1].gather(parts[0][3], out)
-            return out
+            return
         for s, store, pos, local in parts:  # every size checked before any byte is written
             sizes = store.lengths(local) if self._uniform[s] != stride else None
             if sizes is not None and (sizes != stride).any():
@@ -200,7 +241,6 @@ class ShardedStore(Closing):
                 local, out, pos * stride, threads=threads
             ),
         )
-        return out
 
     def gather_packed(self, indices: Any) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
         """Decode records of any sizes end to end: ``(values, offsets)`` with n+1 offsets."""
@@ -217,11 +257,13 @@ class ShardedStore(Closing):
         offs = np.ascontiguousarray(offsets, dtype=np.uint64).reshape(-1)
         if offs.size != idx.size:
             raise ValueError(f"{idx.size} indices but {offs.size} offsets")
-        self._run(
-            list(self._split(idx)),
-            lambda store, pos, local, threads: store.gather_into(
-                local, out, offs[pos], threads=threads
-            ),
+        self._guarded(
+            lambda: self._run(
+                list(self._split(idx)),
+                lambda store, pos, local, threads: store.gather_into(
+                    local, out, offs[pos], threads=threads
+                ),
+            )
         )
         return out
 
@@ -262,7 +304,7 @@ class ShardedStore(Closing):
 
     def stats(self) -> dict[str, Any]:
         """The shards' `RecordStore.stats` summed, plus ``shards``: each one's own."""
-        per = [self.shard(i).stats() for i in range(len(self._stores))]
+        per = self._guarded(lambda: [self.shard(i).stats() for i in range(len(self._stores))])
         total: dict[str, Any] = {
             key: sum(s[key] for s in per)
             for key in ("live_bytes", "logical_bytes", "chunk_bytes", "reclaimable", "chunks")
@@ -281,11 +323,12 @@ class ShardedStore(Closing):
 
     def verify(self, batch: int = 4096) -> dict[str, Any]:
         """Every shard's `RecordStore.verify`, with damaged records named by global index."""
+        reports = self._guarded(
+            lambda: [self.shard(i).verify(batch) for i in range(len(self._stores))]
+        )
         damaged: list[tuple[int, str]] = []
         unchecked = 0
-        for i in range(len(self._stores)):
-            report = self.shard(i).verify(batch)
-            start = int(self._starts[i])
+        for start, report in zip(self._starts.tolist(), reports, strict=False):
             damaged += [(start + local, message) for local, message in report["damaged"]]
             unchecked += report["unchecked"]
         return {"records": self._length, "damaged": damaged, "unchecked": unchecked}
@@ -299,6 +342,7 @@ class ShardedStore(Closing):
         for store in self._stores:
             if store is not None:
                 store.close()
+        self._gen.close()
 
     def __repr__(self) -> str:
         return (

@@ -6,7 +6,8 @@ directory holds the old manifest (the old dataset, whole) or the new one, plus a
 records or shards no manifest names yet. An append clears those leftovers of a crashed
 writer first: it drops the last shard's records past the manifest's count and removes shard
 directories the manifest does not name, then fills the last shard up to ``shard_records``,
-then writes new shards, then rewrites the manifest.
+then writes new shards, then rewrites the manifest. A write over an existing dataset takes
+the writer lock before anything is removed, then removes the old one in `clear`'s order.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import math
 import mmap
 import multiprocessing
 import os
-import shutil
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -33,15 +33,25 @@ from chute.datasets._manifest import (
     LOCK_FILE,
     MANIFEST_FILE,
     Manifest,
+    is_sharded,
     read_manifest,
+    remove_shard,
     shard_dirs,
     shard_name,
     write_manifest,
 )
 from chute.errors import StoreKindError
 from chute.store import RecordStore
-from chute.store._format import DICT_FILE, MAX_RECORDS, META_FILE, SCHEMA_FILE, SUMS_FILE
+from chute.store._format import (
+    DICT_FILE,
+    GEN_FILE,
+    MAX_RECORDS,
+    META_FILE,
+    SCHEMA_FILE,
+    SUMS_FILE,
+)
 from chute.store._io import fsync_dir, lock_exclusive
+from chute.store._write import bump_generation
 
 Options = dict[str, Any]
 """The per-shard writer's keyword arguments (codec, chunk_bytes, dict_size, level ...)."""
@@ -62,20 +72,66 @@ def check_sharding(shard_records: int | None, workers: int | None) -> None:
         raise ValueError(f"workers must be at least 1, got {workers}")
 
 
-def remove_dataset_files(path: Path) -> None:
-    """Delete a dataset's files at ``path`` (sharded or single), the manifest first, so a
-    crash part way leaves an unfinished dataset, never a smaller valid one."""
-    if not path.is_dir():
+def clear(path: Path) -> None:
+    """Remove the dataset at ``path`` (sharded, or a single store) to write a new one there.
+
+    The caller holds ``dataset.lock``; a single store's own lock is taken too, before
+    anything goes (`StoreLockedError` while it has a writer: then nothing is removed). The
+    manifest goes first, so a crash part way leaves an unfinished dataset, never a smaller
+    valid one; then the generation in gen.chute rises, so every reader opened before raises
+    `StoreChangedError` on its next read instead of mixing old records and new; only then
+    are the shards and the store's files removed. gen.chute itself stays, for those readers.
+    """
+    meta_fd = _lock_store(path)
+    try:
+        (path / MANIFEST_FILE).unlink(missing_ok=True)
+        bump_generation(path, durable=True)
+        for part in shard_dirs(path):
+            remove_shard(part)
+        for entry in path.iterdir():
+            stem = entry.name[:-3] if entry.name.endswith(".zr") else ""
+            if entry.is_file() and (
+                entry.name in (META_FILE, DICT_FILE, SUMS_FILE, SCHEMA_FILE) or stem.isdigit()
+            ):
+                entry.unlink()
+    finally:
+        if meta_fd >= 0:
+            os.close(meta_fd)
+
+
+def _lock_store(path: Path) -> int:
+    """The writer lock of the single store at ``path``, held on the returned descriptor
+    (-1 where there is no store)."""
+    try:
+        fd = os.open(path / META_FILE, os.O_RDWR)
+    except FileNotFoundError:
+        return -1
+    try:
+        lock_exclusive(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def occupied(path: Path) -> bool:
+    """Whether ``path`` holds anything but a writer's lock and generation files."""
+    if not path.exists():
+        return False
+    return not path.is_dir() or any(e.name not in (LOCK_FILE, GEN_FILE) for e in path.iterdir())
+
+
+@contextlib.contextmanager
+def replacing_shards(path: Path, *, overwrite: bool) -> Iterator[None]:
+    """Around opening a single store at ``path`` with ``overwrite``: where a sharded dataset
+    (or its writer's lock) is, hold ``dataset.lock``, `clear` the folder, and keep the lock
+    until the block has opened the new store (which then holds its own)."""
+    if not overwrite or not (is_sharded(path) or (path / LOCK_FILE).exists()):
+        yield
         return
-    (path / MANIFEST_FILE).unlink(missing_ok=True)
-    for part in shard_dirs(path):
-        shutil.rmtree(part)
-    for entry in path.iterdir():
-        stem = entry.name[:-3] if entry.name.endswith(".zr") else ""
-        if entry.is_file() and (
-            entry.name in (META_FILE, DICT_FILE, SUMS_FILE, SCHEMA_FILE) or stem.isdigit()
-        ):
-            entry.unlink()
+    with writer_lock(path):
+        clear(path)
+        yield
 
 
 @contextlib.contextmanager
@@ -165,14 +221,13 @@ def write_shards(
     options: Options,
 ) -> None:
     """A new sharded dataset from ``payloads`` (one per shard; ``empty`` makes the one shard
-    of an empty dataset, which keeps the schema): shards first, the manifest last."""
+    of an empty dataset, which keeps the schema): shards first, the manifest last. The
+    caller holds the writer lock and has cleared the folder."""
     it = iter(payloads)
     head = next(it, empty)
-    path.mkdir(parents=True, exist_ok=True)
-    with writer_lock(path):
-        shards = tuple(_run_shards(path, kind, chain([head], it), 0, options, workers))
-        schema = _shard_schema(path / shards[0][0])
-        write_manifest(path, Manifest(schema=schema, shard_records=shard_records, shards=shards))
+    shards = tuple(_run_shards(path, kind, chain([head], it), 0, options, workers))
+    schema = _shard_schema(path / shards[0][0])
+    write_manifest(path, Manifest(schema=schema, shard_records=shard_records, shards=shards))
 
 
 class Rows:
@@ -256,7 +311,9 @@ def recover(path: Path, manifest: Manifest) -> None:
     named = {name for name, _ in manifest.shards}
     for part in shard_dirs(path):
         if part.name not in named:
-            shutil.rmtree(part)
+            remove_shard(part)
+    if not manifest.shards:
+        return
     last, want = manifest.shards[-1]
     with RecordStore(path / last, mode="a") as store:
         if len(store) > want:
@@ -278,14 +335,16 @@ def append_shards(
     with writer_lock(path):
         manifest = read_manifest(path)
         recover(path, manifest)
-        last, have = manifest.shards[-1]
         options = _shard_options(manifest.schema)
-        with RecordStore(path / last, mode="a", codec=options["codec"]) as store:
-            added = fill(store, manifest.shard_records - have)
-            store.sync()
+        kept, added = manifest.shards, 0
+        if kept:  # a manifest of no shards (written by hand) has no last shard to fill
+            last, have = kept[-1]
+            with RecordStore(path / last, mode="a", codec=options["codec"]) as store:
+                added = fill(store, manifest.shard_records - have)
+                store.sync()
+            kept = (*kept[:-1], (last, have + added))
         new = _run_shards(path, kind, rest(added), len(manifest.shards), options, workers)
-        shards = (*manifest.shards[:-1], (last, have + added), *new)
-        write_manifest(path, replace(manifest, shards=shards))
+        write_manifest(path, replace(manifest, shards=(*kept, *new)))
 
 
 def _shard_options(schema: dict[str, Any]) -> Options:

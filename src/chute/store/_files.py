@@ -139,12 +139,12 @@ class StoreFiles:
 
     def open_chunks(self, tail_chunk: int) -> None:
         """Open chunk files up to ``tail_chunk`` and map them (again, when that adds any)."""
-        flags = os.O_RDWR if self.writable else os.O_RDONLY
         known = len(self.chunk_fds)
         while len(self.chunk_fds) <= tail_chunk:
             c = len(self.chunk_fds)
-            try:
-                self.chunk_fds.append(os.open(self.path / fmt.chunk_file(c), flags))
+            try:  # a regular file in the store's own folder: no symlink to another store
+                fd = open_regular(self.path / fmt.chunk_file(c), self.path, write=self.writable)
+                self.chunk_fds.append(fd)
             except FileNotFoundError:
                 raise CorruptStoreError(
                     f"{self.path}: chunk file {fmt.chunk_file(c)} is missing "
@@ -274,8 +274,8 @@ class StoreFiles:
     def open_gen(self) -> bool:
         """Open and map gen.chute if it is there and sound; True when it is."""
         path = self.path / fmt.GEN_FILE
-        try:
-            fd = os.open(path, os.O_RDWR if self.writable else os.O_RDONLY)
+        try:  # a FIFO here would hang the open: a regular file in the folder only
+            fd = open_regular(path, self.path, write=self.writable)
         except FileNotFoundError:
             return False
         if os.fstat(fd).st_size < fmt.GEN_HEADER.size:

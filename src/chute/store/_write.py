@@ -96,20 +96,42 @@ def open_for_writing(path: Path, *, reset: bool, durable: bool) -> StoreFiles:
         if fresh and not reset:
             _refuse_orphan_chunks(path, "has an empty meta.zr")
         sums = path / fmt.SUMS_FILE
-        if not os.path.lexists(sums) and not os.path.lexists(path / fmt.GEN_FILE):
+        if not os.path.lexists(sums) and (fresh or not os.path.lexists(path / fmt.GEN_FILE)):
             # a new store, or one only another tool wrote: the sidecar comes first, so that
-            # gen.chute (which says chute wrote the store) never stands without it
+            # gen.chute (which says chute wrote the store) never stands without it. A new
+            # store over a sharded dataset's folder finds that dataset's gen.chute already.
             write_file_atomic(sums, _sums_header(NO_STATE), durable=durable)
-        gen = fmt.GEN_HEADER.pack(fmt.GEN_MAGIC, fmt.GEN_VERSION, 0)
-        _ensure_side_file(path, fmt.GEN_FILE, gen, durable)
-        if not files.open_gen():
-            raise CorruptStoreError(f"{path}/{fmt.GEN_FILE} could not be created")
+        _open_gen(files, durable)
         if reset or fresh:
             _reset(files, durable)
     except BaseException:
         files.close()
         raise
     return files
+
+
+def _open_gen(files: StoreFiles, durable: bool) -> None:
+    """Map gen.chute for writing, creating it (generation 0) if it is missing or unsound."""
+    gen = fmt.GEN_HEADER.pack(fmt.GEN_MAGIC, fmt.GEN_VERSION, 0)
+    _ensure_side_file(files.path, fmt.GEN_FILE, gen, durable)
+    if not files.open_gen():
+        raise CorruptStoreError(f"{files.path}/{fmt.GEN_FILE} could not be created")
+
+
+def bump_generation(path: Path, *, durable: bool) -> None:
+    """Raise the generation in ``path``/gen.chute (creating it if missing), so every reader
+    that opened what was at ``path`` before raises `StoreChangedError` on its next read.
+
+    A sharded dataset's overwrite calls it for the folder (its readers check this file as a
+    store's readers check their own); the caller holds the folder's writer lock.
+    """
+    files = StoreFiles(path, writable=True)
+    try:
+        _open_gen(files, durable)
+        with _changing(files, durable):
+            pass
+    finally:
+        files.close()
 
 
 def _refuse_orphan_chunks(path: Path, why: str) -> None:

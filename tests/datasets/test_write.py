@@ -1,0 +1,136 @@
+"""Writing over a dataset: the writer lock comes before any removal, and readers opened
+before an overwrite raise `StoreChangedError` instead of mixing the old and the new."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from chute import (
+    Dataset,
+    RaggedDataset,
+    RecordStore,
+    StoreChangedError,
+    StoreLockedError,
+    append_dataset,
+    write_dataset,
+    write_ragged,
+)
+
+OLD = np.arange(30 * 2, dtype=np.int64).reshape(30, 2)
+NEW = -OLD - 100
+
+
+class _Held:
+    """Rows whose reading waits for ``release``: the append that reads them holds its lock."""
+
+    def __init__(self, rows: npt.NDArray[Any]) -> None:
+        self.rows, self.shape, self.dtype = rows, rows.shape, rows.dtype
+        self.reading, self.release = threading.Event(), threading.Event()
+
+    def __getitem__(self, key: Any) -> npt.NDArray[Any]:
+        self.reading.set()
+        assert self.release.wait(30)
+        return np.asarray(self.rows[key])
+
+
+_WRITES: dict[str, Callable[[Path], Any]] = {
+    "sharded": lambda p: write_dataset(p, NEW, shard_records=4, overwrite=True),
+    "single": lambda p: write_dataset(p, NEW, overwrite=True),
+    "ragged sharded": lambda p: write_ragged(p, list(NEW), shard_records=4, overwrite=True),
+    "ragged single": lambda p: write_ragged(p, list(NEW), overwrite=True),
+}
+
+
+@pytest.mark.parametrize("write", list(_WRITES))
+def test_an_overwrite_refused_by_a_live_append_leaves_the_dataset_whole(
+    tmp_path: Path, write: str
+) -> None:
+    path = tmp_path / "d"
+    write_dataset(path, OLD, shard_records=10).close()
+    more = _Held(OLD[:3])
+    appender = threading.Thread(target=lambda: append_dataset(path, more).close())
+    appender.start()
+    try:
+        assert more.reading.wait(30)  # the append holds dataset.lock now
+        with pytest.raises(StoreLockedError):
+            _WRITES[write](path)
+        with Dataset(path) as ds:  # nothing was removed: every shard, every record
+            assert np.array_equal(ds[:], OLD)
+    finally:
+        more.release.set()
+        appender.join()
+    with Dataset(path) as ds:  # and the append it waited on landed whole
+        assert np.array_equal(ds[:], np.concatenate([OLD, OLD[:3]]))
+
+
+def test_a_sharded_overwrite_refused_by_a_single_stores_writer_removes_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.zr"
+    write_dataset(path, OLD).close()
+    before = sorted(p.name for p in path.iterdir())
+    with RecordStore(path, mode="a"):
+        with pytest.raises(StoreLockedError):
+            write_dataset(path, NEW, shard_records=4, overwrite=True)
+        assert sorted(p.name for p in path.iterdir() if p.name != "dataset.lock") == before
+    with Dataset(path) as ds:
+        assert np.array_equal(ds[:], OLD)
+
+
+_OVERWRITE = """
+import sys, numpy as np, chute
+shards = int(sys.argv[2]) or None
+chute.write_dataset(sys.argv[1], -np.arange(60).reshape(30, 2) - 100, shard_records=shards,
+                    overwrite=True).close()
+"""
+
+
+@pytest.mark.parametrize(("before", "after"), [(10, 10), (10, 0), (0, 10)])
+def test_a_reader_opened_before_an_overwrite_raises_instead_of_mixing(
+    tmp_path: Path, before: int, after: int
+) -> None:
+    path = tmp_path / "d"
+    write_dataset(path, OLD, shard_records=before or None).close()
+    reader = Dataset(path)
+    assert np.array_equal(reader[[0, 1]], OLD[[0, 1]])  # shard 0 is open
+    subprocess.run(
+        [sys.executable, "-c", _OVERWRITE, str(path), str(after)], check=True, timeout=120
+    )
+    for key in ([25, 26], [0, 1], slice(None)):  # a shard opened now, one opened before
+        with pytest.raises(StoreChangedError):
+            reader[key]
+    with pytest.raises(StoreChangedError):
+        len(reader)
+    reader.close()
+    with Dataset(path) as ds:  # reopened: the new dataset, whole
+        assert np.array_equal(ds[:], NEW)
+
+
+def test_a_ragged_reader_opened_before_an_overwrite_raises(tmp_path: Path) -> None:
+    path = tmp_path / "r"
+    write_ragged(path, list(OLD), shard_records=10).close()
+    reader = RaggedDataset(path)
+    assert np.array_equal(reader[1], OLD[1])
+    write_ragged(path, list(NEW), shard_records=10, overwrite=True).close()
+    with pytest.raises(StoreChangedError):
+        reader[[21, 1]]
+    with pytest.raises(StoreChangedError):
+        reader.getitems_padded([2])
+    reader.close()
+
+
+def test_appends_change_no_generation(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    write_dataset(path, OLD, shard_records=10).close()
+    with Dataset(path) as reader:
+        append_dataset(path, NEW).close()
+        assert np.array_equal(reader[:], OLD)  # the manifest it opened with, no error
