@@ -134,3 +134,20 @@ def test_appends_change_no_generation(tmp_path: Path) -> None:
     with Dataset(path) as reader:
         append_dataset(path, NEW).close()
         assert np.array_equal(reader[:], OLD)  # the manifest it opened with, no error
+
+
+@pytest.mark.filterwarnings("error")
+def test_a_store_over_a_sharded_dataset_keeps_its_checksums_and_back(tmp_path: Path) -> None:
+    """The folder's gen.chute outlives the sharded dataset (its old readers must see the
+    bump), yet the single store written over it is a whole chute store: sidecar and all, so
+    ``verify=True`` checks it instead of calling it damaged."""
+    path = tmp_path / "d"
+    write_dataset(path, OLD, shard_records=10).close()
+    write_dataset(path, NEW, overwrite=True).close()
+    with Dataset(path, verify=True) as ds:
+        np.testing.assert_array_equal(ds[np.arange(len(NEW))], NEW)
+    with RecordStore(path, verify=True) as store:
+        assert store.verify()["checked"] == len(NEW)
+    write_dataset(path, OLD, shard_records=7, overwrite=True).close()
+    with Dataset(path, verify=True) as ds:
+        np.testing.assert_array_equal(ds[np.arange(len(OLD))], OLD)
