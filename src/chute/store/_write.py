@@ -96,10 +96,9 @@ def open_for_writing(path: Path, *, reset: bool, durable: bool) -> StoreFiles:
         if fresh and not reset:
             _refuse_orphan_chunks(path, "has an empty meta.zr")
         sums = path / fmt.SUMS_FILE
-        if not os.path.lexists(sums) and (fresh or not os.path.lexists(path / fmt.GEN_FILE)):
+        if not os.path.lexists(sums) and not os.path.lexists(path / fmt.GEN_FILE):
             # a new store, or one only another tool wrote: the sidecar comes first, so that
-            # gen.chute (which says chute wrote the store) never stands without it. A new
-            # store over a sharded dataset's folder finds that dataset's gen.chute already.
+            # gen.chute (which says chute wrote the store) never stands without it
             write_file_atomic(sums, _sums_header(NO_STATE), durable=durable)
         _open_gen(files, durable)
         if reset or fresh:
