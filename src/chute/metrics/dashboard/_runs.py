@@ -19,7 +19,8 @@ import numpy as np
 from chute.errors import RunNotFoundError
 
 from .. import _format as F
-from .._reader import Reader, is_run
+from .._reader import Reader
+from .._source import is_run
 
 T = TypeVar("T")
 _RESCAN_S = 3.0
