@@ -161,14 +161,16 @@ class Run:
         return out
 
     def _cached_summary(self) -> dict[str, Any]:
-        """The last summary while the files it was read from are unchanged (every
-        `_REPROBE`th poll reads again: another column may have overtaken the lead)."""
+        """The last summary while the files it was read from are unchanged. A live run is
+        read again every `_REPROBE`th poll (another column may have overtaken the lead);
+        runs start at staggered counts so those polls do not all fall together."""
         state = self._state()
         key, lead_files = self._key(state), self._lead_files
         full = self._polls % _REPROBE == 0
         self._polls += 1
-        if not full and self._last is not None and self._last[0] == key:
-            return self._last[1]
+        last = self._last
+        if last is not None and last[0] == key and (not full or last[1]["status"] == "finished"):
+            return last[1]
         try:
             summary = self._summary(self._open(self.listing, state), full)
         except FileNotFoundError:
@@ -273,7 +275,8 @@ class RunIndex:
                     continue
                 rel = os.path.relpath(path, root)
                 name = label if rel == "." else (os.path.join(label, rel) if multi else rel)
-                run = Run(id=f"r{len(self._runs)}", name=name, path=path, root=root)
+                n = len(self._runs)
+                run = Run(id=f"r{n}", name=name, path=path, root=root, _polls=n % _REPROBE)
                 self._runs[run.id] = run
                 self._by_path[path] = run
         self._scanned = time.monotonic()
