@@ -123,8 +123,9 @@ class DirSource(Source):
         if fd is None:
             return None
         try:
-            buf = bytearray(length)
-            return bytes(buf[: _pread_into(fd, memoryview(buf), offset)])
+            buf = bytearray(max(0, min(length, os.fstat(fd).st_size - offset)))
+            del buf[_pread_into(fd, memoryview(buf), offset) :]
+            return bytes(buf)
         finally:
             os.close(fd)
 

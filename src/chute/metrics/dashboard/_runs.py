@@ -18,11 +18,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from chute._safe_open import inside
-from chute.errors import RunNotFoundError
+from chute.errors import RunNotFoundError, UnsafeFileError
 
 from .. import _format as F
 from .._reader import Reader
-from .._source import is_run
+from .._source import is_run, run_folder
 
 T = TypeVar("T")
 _RESCAN_S = 3.0
@@ -142,9 +142,11 @@ class Run:
             code = r.manifest().get(name, {}).get("dtype")
             rels = [F.index_file(name)] + ([F.value_file(name, code)] if code else [])
             for rel in rels:
-                full = os.path.join(state[1], rel)
-                if os.path.lexists(full) and not _inside(os.path.realpath(full), state[1]):
-                    raise NotServed(f"metric {name!r} of run {self.name!r} leaves the run")
+                try:
+                    inside(os.path.join(state[1], rel), run_folder(state[1]))
+                except UnsafeFileError:
+                    msg = f"metric {name!r} of run {self.name!r} leaves the run"
+                    raise NotServed(msg) from None
 
     def summary(self) -> dict[str, Any]:
         """Name, status, last step and last write of the run, or the error reading it."""
