@@ -19,7 +19,8 @@ from chute.errors import (
 from ._bulk import BulkWriter
 from ._compacting import CompactingWriter
 from ._direct import DirectWriter
-from ._reader import Reader, is_run, is_run_dir, resolve_run_dir
+from ._reader import Reader
+from ._source import is_run, is_run_dir, resolve_run_dir
 
 __all__ = [
     "BulkWriter",

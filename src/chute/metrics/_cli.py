@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from ._jsonl import DEFAULT_SKIP, ConvertOptions, convert_run, find_runs
-from ._reader import Reader, is_run
+from ._reader import Reader
+from ._source import is_run
 
 
 def _parser() -> argparse.ArgumentParser:

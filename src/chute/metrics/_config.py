@@ -7,7 +7,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from chute._safe_open import read_regular
+from chute.errors import CorruptRunError
+
 from . import _format as F
+from ._source import limit_of
 
 ConfigArg = Mapping[str, Any] | str | os.PathLike[str] | None
 
@@ -65,20 +69,32 @@ def replace(dest: str, data: bytes) -> None:
     F.atomic_write(dest, data)
 
 
-def read(path: str) -> dict[str, Any]:
-    """The config at `path` ({} when absent)."""
+def parse(data: bytes, where: str) -> dict[str, Any]:
+    """A config file's bytes as its dict ({} when empty); `CorruptRunError` naming `where`
+    when they are not a JSON object."""
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read() or b"{}")
+        cfg = json.loads(data or b"{}")
+    except ValueError as e:
+        raise CorruptRunError(f"{where} is not valid JSON ({e})", path=where) from None
+    if not isinstance(cfg, dict):
+        raise CorruptRunError(f"{where} does not hold a JSON object", path=where)
+    return cfg
+
+
+def read(path: str, root: str | None) -> dict[str, Any]:
+    """The config at `path` ({} when absent), a regular file of bounded size that resolves
+    inside `root` (None: wherever the writer's own link leads)."""
+    if root is None:
+        root = os.path.dirname(os.path.realpath(path))
+    try:
+        data = read_regular(path, root, limit_of(F.CONFIG))
     except FileNotFoundError:
         return {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} does not hold a JSON object")
-    return data
+    return parse(data, path)
 
 
 def override(pdir: str, overrides: Mapping[str, Any]) -> None:
     """Shallow-merge `overrides` into the finalized config as a plain file."""
     dest = os.path.join(pdir, F.CONFIG)
-    merged = {**read(dest), **overrides}
+    merged = {**read(dest, None), **overrides}
     replace(dest, F.dump_json(merged))

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from typing import Any
 
+from chute._safe_open import read_regular
 from chute.errors import CorruptRunError
 
 from ._dtypes import Value, float_json
 from ._format import HOT as HOT_NAME
+from ._source import limit_of
 
 _STEP_KEY = "step"
 
@@ -64,9 +67,10 @@ def parse_rows(data: bytes, path: str = HOT_NAME) -> list[tuple[int, dict[str, A
 
 
 def read_rows(path: str) -> list[tuple[int, dict[str, Any]]]:
-    """Rows of the hot log at `path`, or none when it does not exist."""
+    """Rows of the hot log at `path`, or none when it does not exist; it must be a regular
+    file of its folder, of at most the size a hot log may reach (`UnsafeFileError`)."""
     try:
-        with open(path, "rb") as f:
-            return parse_rows(f.read(), path)
+        data = read_regular(path, os.path.dirname(os.path.abspath(path)), limit_of(HOT_NAME))
     except FileNotFoundError:
         return []
+    return parse_rows(data, path)

@@ -188,7 +188,7 @@ def convert_run(run_dir: str, out_path: str, opts: ConvertOptions) -> tuple[int,
             if code != F.JSONL:
                 store.cols[name].mono.add_array(np.frombuffer(data, F.NUMERIC_DTYPES[code]))
         store.optimize()
-        config = _config.read(os.path.join(run_dir, F.CONFIG))
+        config = _config.read(os.path.join(run_dir, F.CONFIG), run_dir)
         F.atomic_write(os.path.join(staging, F.CONFIG), F.dump_json(config))
         zip_run(staging, out_path)
     finally:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -14,11 +12,12 @@ import numpy as np
 from chute._closing import Closing
 from chute.errors import CorruptRunError, RunFileMissingError
 
+from . import _config
 from . import _format as F
 from ._dtypes import natural_code
 from ._hot import parse_rows
 from ._select import Selection, cast, select
-from ._source import DirSource, Source, ZipSource
+from ._source import open_source
 from ._verify import (
     RunRowsCutError,
     archive_problems,
@@ -34,79 +33,6 @@ _EMPTY_STEPS = np.zeros(0, F.INDEX_DTYPE)
 _RETRIES = 5
 _SEGMENT_CACHE = 64
 _HOT_LOGS = (F.HOT, F.HOT_COMPACTING)
-
-
-def resolve_run_dir(path: str | os.PathLike[str]) -> Path | None:
-    """The resolved folder holding `plattli.json`: `path` itself or `path/plattli`, else None.
-
-    >>> import tempfile, chute.metrics as cm
-    >>> d = tempfile.mkdtemp(); cm.DirectWriter(d).close()
-    >>> cm.resolve_run_dir(d).name
-    'plattli'
-    """
-    p = Path(path).resolve()
-    for cand in (p, p / F.DIR_NAME):
-        if (cand / F.MANIFEST).is_file():
-            return cand
-    return None
-
-
-def is_run_dir(path: str | os.PathLike[str]) -> bool:
-    """Whether the folder `path` holds columnar metrics (itself or in `plattli/`).
-
-    A finished, zipped run is not a folder of columns any more; `is_run` takes both.
-
-    >>> import tempfile, chute.metrics as cm
-    >>> d = tempfile.mkdtemp(); w = cm.DirectWriter(d); w.write(loss=0.5); w.end_step()
-    >>> cm.is_run_dir(d), cm.is_run_dir(d + "/plattli")
-    (True, True)
-    >>> w.finish(); cm.is_run_dir(d), cm.is_run(d)  # now metrics.plattli
-    (False, True)
-    """
-    return resolve_run_dir(path) is not None
-
-
-def is_run(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` is a run: a metrics folder, a folder with `metrics.plattli`, or the zip.
-
-    >>> import os, tempfile, chute.metrics as cm
-    >>> runs = tempfile.mkdtemp()
-    >>> for name in ("a", "b"):
-    ...     with cm.DirectWriter(os.path.join(runs, name)) as w:
-    ...         w.write(loss=0.5); w.end_step()
-    >>> os.mkdir(os.path.join(runs, "notes"))
-    >>> sorted(n for n in os.listdir(runs) if cm.is_run(os.path.join(runs, n)))
-    ['a', 'b']
-    """
-    p = os.fspath(path)
-    if os.path.isfile(p):
-        return _is_run_zip(p)
-    return is_run_dir(p) or _is_run_zip(os.path.join(p, F.ZIP_NAME))
-
-
-def _is_run_zip(path: str) -> bool:
-    if not os.path.isfile(path) or not zipfile.is_zipfile(path):
-        return False
-    with zipfile.ZipFile(path) as zf:
-        return F.MANIFEST in zf.namelist()
-
-
-def _open_source(path: str, kind: str | None) -> Source:
-    if kind == "dir":
-        return DirSource(path)
-    if kind == "zip":
-        return ZipSource(path)
-    if kind is not None:
-        raise ValueError(f"kind must be 'dir', 'zip' or None, got {kind!r}")
-    if os.path.isfile(path):
-        return ZipSource(path)
-    zpath = os.path.join(path, F.ZIP_NAME)
-    if os.path.isfile(zpath):
-        return ZipSource(zpath)
-    rdir = resolve_run_dir(path)
-    if rdir is None:
-        raise FileNotFoundError(f"no metrics run at {path!r} (no {F.ZIP_NAME} or {F.DIR_NAME}/)")
-    return DirSource(str(rdir))
 
 
 class Reader(Closing):
@@ -145,14 +71,14 @@ class Reader(Closing):
         verify: bool = False,
     ) -> None:
         self._path = os.fspath(path)
-        self._src = _open_source(self._path, kind)
+        self._src = open_source(self._path, kind)
         self._exclude_hot = exclude_hot or not self._src.live
         self._manifest: dict[str, Any] | None = None
         self._manifest_raw = b""
         self._hot: dict[str, tuple[list[int], list[Any]]] | None = None
         self._jsonl: dict[str, tuple[int, list[Any], bool]] = {}
         self._run_rows_ok = False
-        self._segments: dict[tuple[str, int], np.ndarray[Any, Any]] = {}
+        self._segments: dict[str, tuple[int, np.ndarray[Any, Any]]] = {}
         if verify:
             try:
                 raise_if(self.verify(), self._path)
@@ -232,9 +158,7 @@ class Reader(Closing):
 
     def config(self) -> dict[str, Any]:
         """The run's config dict ({} when none was written)."""
-        data = self._src.read(F.CONFIG)
-        cfg = json.loads(data) if data else {}
-        return cfg if isinstance(cfg, dict) else {}
+        return _config.parse(self._src.read(F.CONFIG) or b"", self._src.where(F.CONFIG))
 
     @property
     def finished(self) -> bool:
@@ -519,15 +443,21 @@ class Reader(Closing):
         raise error
 
     def _expand(self, spec: Any, nvals: int) -> np.ndarray[Any, Any]:
-        """Segment expansion, shared (read-only) by metrics with the same index layout."""
-        key = (json.dumps(spec, sort_keys=True), nvals if not F.closed(spec) else -1)
-        steps = self._segments.get(key)
-        if steps is None:
-            if len(self._segments) >= _SEGMENT_CACHE:
-                self._segments.clear()
-            steps = F.segments_to_steps(spec, rows_hint=nvals)
-            steps.flags.writeable = False
-            self._segments[key] = steps
+        """Segment expansion, shared (read-only) by metrics with the same index layout.
+
+        One entry per layout: an open one growing with a live run replaces its expansion
+        instead of keeping one per row count.
+        """
+        key = json.dumps(spec, sort_keys=True)
+        rows = nvals if not F.closed(spec) else -1
+        hit = self._segments.get(key)
+        if hit is not None and hit[0] == rows:
+            return hit[1]
+        if hit is None and len(self._segments) >= _SEGMENT_CACHE:
+            self._segments.clear()
+        steps = F.segments_to_steps(spec, rows_hint=nvals)
+        steps.flags.writeable = False
+        self._segments[key] = (rows, steps)
         return steps
 
     def _column_values(self, name: str, code: str, i0: int, i1: int) -> np.ndarray[Any, Any]:
@@ -566,6 +496,8 @@ class Reader(Closing):
         self, name: str, sel: Selection
     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], str]:
         code, entry = self._entry(name)
+        if sel.kind == "index":
+            return self._read_positions(name, code, entry, sel)
         n, steps = self._col_extent(name, code, entry)
         tail = self._hot_tail(name, int(steps[-1]) if n else -1)
         if tail:
@@ -576,6 +508,28 @@ class Reader(Closing):
             return steps[keep], values[keep], code
         i0, i1 = sel.bounds(steps)
         return steps[i0:i1], self._join(name, code, i0, i1, n, tail), code
+
+    def _read_positions(
+        self, name: str, code: str, entry: dict[str, Any] | None, sel: Selection
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], str]:
+        """Rows picked by position, reading only their own steps and values: a chart reads
+        a long column a slice at a time, never its whole index file."""
+        n, step_at = self._col_count(name, code, entry)
+        tail = self._hot_tail(name, int(step_at(n - 1)) if n else -1)
+        i0, i1 = sel.positions(n + len(tail))
+        c1 = min(i1, n)
+        if entry is None or c1 <= i0:
+            steps = _EMPTY_STEPS
+        elif entry.get("indices", "indices") == "indices":
+            steps = self._src.array(F.index_file(name), F.INDEX_DTYPE, i0, c1 - i0)
+            if len(steps) < c1 - i0:
+                raise _Stale  # the index file shrank since it was sized
+        else:
+            steps = self._expand(entry["indices"], self._value_rows(name, code)[0])[i0:c1]
+        if i1 > n:
+            hot = np.array([s for s, _ in tail[max(i0 - n, 0) : i1 - n]], F.INDEX_DTYPE)
+            steps = np.concatenate([steps, hot])
+        return steps, self._join(name, code, i0, i1, n, tail), code
 
     def _join(
         self, name: str, code: str, i0: int, i1: int, n: int, tail: list[tuple[int, Any]]

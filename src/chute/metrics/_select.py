@@ -59,9 +59,13 @@ class Selection:
                 return i0, i0
             return i0, max(i0, int(np.searchsorted(steps, _key(steps, self.hi), "right")))
         if self.kind == "index":
-            i0, i1, _ = slice(self.lo, self.hi).indices(n)
-            return i0, max(i0, i1)
+            return self.positions(n)
         return 0, n
+
+    def positions(self, n: int) -> tuple[int, int]:
+        """Row range [i0, i1) an `istart/istop` selection picks from `n` rows."""
+        i0, i1, _ = slice(self.lo, self.hi).indices(n)
+        return i0, max(i0, i1)
 
 
 def _key(steps: np.ndarray[Any, Any], bound: int) -> Any:

@@ -16,7 +16,8 @@ from ._archive import unzip_run, zip_run
 from ._columns import ColumnStore
 from ._dtypes import Value
 from ._lock import RunLock
-from ._reader import Reader, is_run
+from ._reader import Reader
+from ._source import is_run
 from ._writer import Schema, Steps, check_overrides, check_step, run_paths
 
 

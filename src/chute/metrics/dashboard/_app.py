@@ -25,6 +25,9 @@ from ._runs import NotServed, Run, RunIndex, check_name
 from ._series import MAX_WIDTH, MIN_WIDTH, metric_kinds, read_series
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+#: Metrics one series request may name (the page asks for at most 128 at a time), and the
+#: longest metric name taken (a path's length limit).
+MAX_METRICS, MAX_NAME = 256, 4096
 _NO_CACHE = {"Cache-Control": "no-store"}
 
 
@@ -51,6 +54,31 @@ def _smooth(value: str) -> float:
     if not 0 <= f < 1:
         raise _bad(f"smooth must be in [0, 1), got {value!r}")
     return f
+
+
+def _name(value: str) -> str:
+    if len(value) > MAX_NAME:
+        raise _bad(f"a metric name has at most {MAX_NAME} characters")
+    return value
+
+
+def _series_params(names: list[str], afters: list[str]) -> dict[str, int]:
+    """Each metric asked for once, with the earliest `after` it was asked with.
+
+    The count and length of names are bounded before any is read, so one URL cannot
+    cost more than a page's own requests do.
+    """
+    if not names:
+        raise _bad("name at least one metric")
+    if len(names) > MAX_METRICS:
+        raise _bad(f"name at most {MAX_METRICS} metrics per request")
+    steps = [_int(a, "after") for a in afters] or [-1] * len(names)
+    if len(steps) != len(names):
+        raise _bad("give one 'after' per metric, or none")
+    wanted: dict[str, int] = {}
+    for name, after in zip(map(_name, names), steps, strict=True):
+        wanted[name] = min(after, wanted.get(name, after))
+    return wanted
 
 
 def create_app(paths: list[str], *, allowed_hosts: list[str] | None = None) -> Starlette:
@@ -101,25 +129,20 @@ def create_app(paths: list[str], *, allowed_hosts: list[str] | None = None) -> S
     async def series(request: Request) -> Response:
         run = run_of(request)
         q = request.query_params
-        names = q.getlist("metric")
-        if not names:
-            raise _bad("name at least one metric")
-        afters = [_int(a, "after") for a in q.getlist("after")] or [-1] * len(names)
-        if len(afters) != len(names):
-            raise _bad("give one 'after' per metric, or none")
+        wanted = _series_params(q.getlist("metric"), q.getlist("after"))
         width = min(max(_int(q.get("width", "800"), "width"), MIN_WIDTH), MAX_WIDTH)
         smooth = _smooth(q.get("smooth", "0"))
-        x = q.get("x", "step")
+        x = _name(q.get("x", "step"))
 
         def work(r: Reader) -> dict[str, Any]:
-            for name in names:
+            for name in wanted:
                 run.check_metric(r, name)
             if x in r.metrics():
                 run.check_metric(r, x)
             elif x != "step":  # an x this run lacks is an error on its charts, not a 404
                 check_name(x)
             out: dict[str, Any] = {}
-            for name, after in zip(names, afters, strict=True):
+            for name, after in wanted.items():
                 try:
                     out[name] = read_series(r, name, x=x, after=after, width=width, smooth=smooth)
                 except Exception as e:  # one bad column shows on its chart, the rest still draw

@@ -2,7 +2,8 @@
 
 Runs are addressed by opaque ids handed out here, never by a path from the request, so a
 URL cannot name anything outside the roots. Discovery follows no link that leaves them,
-and a metric whose files resolve outside their run is refused.
+a metric whose files resolve outside their run is refused (404), and the reader beneath
+opens no file of a run that resolves outside the run or is not a regular file.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from chute.errors import RunNotFoundError
+from chute._safe_open import inside
+from chute.errors import RunNotFoundError, UnsafeFileError
 
 from .. import _format as F
-from .._reader import Reader, is_run
+from .._reader import Reader
+from .._source import is_run, run_folder
 
 T = TypeVar("T")
 _RESCAN_S = 3.0
@@ -53,24 +56,44 @@ def check_name(name: str) -> None:
 
 
 @dataclass
+class _Slot:
+    """One reader of a run behind its own lock, and the run's state when it last read."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    reader: Reader | None = None
+    state: tuple[Any, ...] = ()
+
+    def drop(self) -> None:
+        """Close the reader (the lock is held), so the next use opens the run afresh."""
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+
+
+@dataclass
 class Run:
-    """One run: where it lives, its reader (opened on first use) and what it last looked like."""
+    """One run: where it lives and two readers of it, each behind its own lock.
+
+    Charts read through `reads`, the run list through `listing`: a long series read never
+    holds up the list, and the list's summary is kept until a file it depends on changes.
+    """
 
     id: str
     name: str
     path: str
     root: str
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    reader: Reader | None = None
-    state: tuple[Any, ...] = ()
+    reads: _Slot = field(default_factory=_Slot)
+    listing: _Slot = field(default_factory=_Slot)
     lead: str | None = None
+    _lead_files: tuple[str, ...] = ()
     _polls: int = 0
-    _sealed: tuple[tuple[Any, ...], bool] | None = None
+    _last: tuple[tuple[Any, ...], dict[str, Any]] | None = None
 
     # -- files -------------------------------------------------------------------------------
     def _zip(self) -> str | None:
         for cand in (self.path, os.path.join(self.path, F.ZIP_NAME)):
             if os.path.isfile(cand):
+                inside(cand, self.path)  # a run folder's archive linked from elsewhere
                 return cand
         return None
 
@@ -89,24 +112,24 @@ class Run:
         return ("dir", d, *(_mtime(os.path.join(d, f)) for f in (F.MANIFEST, F.HOT, F.CONFIG)))
 
     # -- reading -----------------------------------------------------------------------------
+    def _open(self, slot: _Slot, state: tuple[Any, ...]) -> Reader:
+        """The slot's reader (its lock held), refreshed if the run changed since its last use."""
+        if slot.reader is not None and state[:2] != slot.state[:2]:
+            slot.drop()  # finished and zipped, or the archive was replaced
+        if slot.reader is None:
+            slot.reader = Reader(state[1], kind=state[0])
+        elif state != slot.state:
+            slot.reader.refresh()
+        slot.state = state
+        return slot.reader
+
     def use(self, fn: Callable[[Reader], T]) -> T:
-        """Run `fn` on this run's reader, refreshed if the run changed since its last use."""
-        with self.lock:
-            state = self._state()
-            if self.reader is not None and state[:2] != self.state[:2]:
-                self.reader.close()  # finished and zipped, or the archive was replaced
-                self.reader = None
-            if self.reader is None:
-                self.reader = Reader(state[1], kind=state[0])
-                self.lead, self._polls = None, 0
-            elif state != self.state:
-                self.reader.refresh()
-            self.state = state
+        """Run `fn` on the charts' reader, refreshed if the run changed since its last use."""
+        with self.reads.lock:
             try:
-                return fn(self.reader)
+                return fn(self._open(self.reads, self._state()))
             except FileNotFoundError:
-                self.reader.close()  # the run moved under us (e.g. zipped): open afresh next time
-                self.reader = None
+                self.reads.drop()  # the run moved under us (e.g. zipped): open afresh next time
                 raise
 
     def check_metric(self, r: Reader, name: str) -> None:
@@ -114,76 +137,92 @@ class Run:
         if name not in r.metrics():
             raise NotServed(f"no metric {name!r} in run {self.name!r}")
         check_name(name)
-        if self.state and self.state[0] == "dir":
-            base = os.path.realpath(self.state[1])
+        state = self.reads.state
+        if state and state[0] == "dir":
             code = r.manifest().get(name, {}).get("dtype")
             rels = [F.index_file(name)] + ([F.value_file(name, code)] if code else [])
             for rel in rels:
-                full = os.path.join(self.state[1], rel)
-                if os.path.lexists(full) and not _inside(os.path.realpath(full), base):
-                    raise NotServed(f"metric {name!r} of run {self.name!r} leaves the run")
-
-    def _finished_dir(self) -> bool:
-        """Whether finish() sealed this folder run (only it writes `run_rows`); cached per state."""
-        if self._sealed is None or self._sealed[0] != self.state:
-            try:
-                with open(os.path.join(self.state[1], F.MANIFEST), "rb") as f:
-                    sealed = "run_rows" in F.load_manifest(f.read())
-            except (OSError, ValueError):
-                sealed = False
-            self._sealed = (self.state, sealed)
-        return self._sealed[1]
+                try:
+                    inside(os.path.join(state[1], rel), run_folder(state[1]))
+                except UnsafeFileError:
+                    msg = f"metric {name!r} of run {self.name!r} leaves the run"
+                    raise NotServed(msg) from None
 
     def summary(self) -> dict[str, Any]:
         """Name, status, last step and last write of the run, or the error reading it."""
         out: dict[str, Any] = {"id": self.id, "name": self.name}
         try:
-            out.update(self.use(self._summary))
+            with self.listing.lock:
+                out.update(self._cached_summary())
         except Exception as e:  # a malformed run is reported in its row, never fatal
             out.update(status="error", error=f"{type(e).__name__}: {e}")
+            return out
+        wrote = out["last_write"]
+        if out["status"] == "live" and wrote is not None and time.time() - wrote > IDLE_AFTER_S:
+            out["status"] = "idle"
         return out
 
-    def _summary(self, r: Reader) -> dict[str, Any]:
-        kind = self.state[0]
+    def _cached_summary(self) -> dict[str, Any]:
+        """The last summary while the files it was read from are unchanged. A live run is
+        read again every `_REPROBE`th poll (another column may have overtaken the lead);
+        runs start at staggered counts so those polls do not all fall together."""
+        state = self._state()
+        key, lead_files = self._key(state), self._lead_files
+        full = self._polls % _REPROBE == 0
+        self._polls += 1
+        last = self._last
+        if last is not None and last[0] == key and (not full or last[1]["status"] == "finished"):
+            return last[1]
+        try:
+            summary = self._summary(self._open(self.listing, state), full)
+        except FileNotFoundError:
+            self.listing.drop()
+            raise
+        if self._lead_files != lead_files:  # a new lead: key on its files from now on
+            key = self._key(state)
+        self._last = (key, summary)
+        return summary
+
+    def _key(self, state: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The run's state and, in a folder, its lead column's files (appended to in place)."""
+        if state[0] != "dir":
+            return state
+        return (*state, *(_mtime(os.path.join(state[1], f)) for f in self._lead_files))
+
+    def _summary(self, r: Reader, full: bool) -> dict[str, Any]:
+        kind, state = self.listing.state[0], self.listing.state
         manifest = r.manifest()
         names = r.metrics()
-        finished = kind == "zip" or self._finished_dir()
         # The lead is the busiest of a few sampled columns: its last row is the run's last
         # step. Between full probes (every _REPROBE polls) only the lead is read.
-        full = self.lead not in names or self._polls % _REPROBE == 0
-        self._polls += 1
         last, lead, most = -1, None, 0
-        for name in _spread(names, _PROBES) if full else [str(self.lead)]:
+        for name in _spread(names, _PROBES) if full or self.lead not in names else [str(self.lead)]:
             rows = r.rows(name)
             if rows:
                 last = max(last, int(r.metric(name, idx=-1, dtype="storage")[0]))
                 if rows > most:
                     lead, most = name, rows
         self.lead = lead
-        files: list[tuple[float, int] | None] = list(self.state[2:])
-        if kind == "dir" and lead is not None:
-            code = manifest.get(lead, {}).get("dtype")
-            if code:
-                files.append(_mtime(os.path.join(self.state[1], F.value_file(lead, code))))
+        files: list[tuple[float, int] | None] = list(state[2:])
+        code = manifest.get(lead, {}).get("dtype") if lead is not None else None
+        self._lead_files = (F.value_file(str(lead), code), F.index_file(str(lead))) if code else ()
+        if kind == "dir" and self._lead_files:
+            files.append(_mtime(os.path.join(state[1], self._lead_files[0])))
         wrote = max((f[0] for f in files if f), default=None)
-        status = "finished" if finished else "live"
-        if not finished and wrote is not None and time.time() - wrote > IDLE_AFTER_S:
-            status = "idle"
         return {
             "kind": kind,
-            "status": status,
+            "status": "finished" if r.finished else "live",
             "last_step": last if last >= 0 else None,
             "last_write": wrote,
             "metrics": len(names),
-            "version": [self.state[2:], last],
+            "version": [state[2:], last],
         }
 
     def close(self) -> None:
-        """Close the reader, if one is open."""
-        with self.lock:
-            if self.reader is not None:
-                self.reader.close()
-                self.reader = None
+        """Close the readers, if open."""
+        for slot in (self.reads, self.listing):
+            with slot.lock:
+                slot.drop()
 
 
 def _spread(names: list[str], k: int) -> list[str]:
@@ -238,7 +277,8 @@ class RunIndex:
                     continue
                 rel = os.path.relpath(path, root)
                 name = label if rel == "." else (os.path.join(label, rel) if multi else rel)
-                run = Run(id=f"r{len(self._runs)}", name=name, path=path, root=root)
+                n = len(self._runs)
+                run = Run(id=f"r{n}", name=name, path=path, root=root, _polls=n % _REPROBE)
                 self._runs[run.id] = run
                 self._by_path[path] = run
         self._scanned = time.monotonic()

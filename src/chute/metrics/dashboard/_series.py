@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,10 @@ from .._reader import Reader
 from .._smooth import ema, thin
 
 MIN_WIDTH, MAX_WIDTH = 16, 8192
+#: Rows read and thinned at a time: a curve never holds more of its column than this.
+CHUNK = 1 << 17
+Array = np.ndarray[Any, Any]
+_NONE = (np.zeros(0, F.INDEX_DTYPE), np.zeros(0), np.zeros(0))  # steps, x, y of no rows
 
 
 def _json_floats(a: np.ndarray[Any, Any]) -> list[float | None]:
@@ -48,39 +53,137 @@ def read_series(
 ) -> dict[str, Any]:
     """A curve as JSON-ready lists: rows after step `after`, at most ~4 per pixel column.
 
-    With `smooth` > 0 (only on full reads, `after` < 0) it also carries the EMA at the
-    kept rows and the EMA state after the last row, so the page can extend it.
+    The column is read `CHUNK` rows at a time and each slice thinned at once against the
+    whole curve's x span, so a long column is never held whole: exactly the rows a
+    whole-column thinning keeps survive. With `smooth` > 0 (only on full reads, `after`
+    < 0) it also carries the EMA at the kept rows and the EMA state after the last row,
+    so the page can extend it.
     """
     code = r.manifest().get(name, {}).get("dtype")
     if code == F.JSONL:
         raise PlotError(f"{name!r} holds text, not numbers")
-    sel: dict[str, Any] = {"start": after + 1} if after >= 0 else {}
-    if x == "step":
-        steps, y = r.metric(name, dtype="storage", **sel)
-        xs: np.ndarray[Any, Any] = steps
-    else:
-        if x not in r.metrics():
-            raise PlotError(f"this run has no metric {x!r} for the x axis")
-        steps, cols = r.table(dict.fromkeys([x, name]), on=x, dtype="storage", **sel)
-        xs, y = _numbers(cols[x], x), cols[name]
-    y = _numbers(y, name)
-    if xs.dtype.kind == "f":
-        ok = np.isfinite(xs)
-        if not ok.all():
-            xs, y, steps = xs[ok], y[ok], steps[ok]
-        if len(xs) > 1 and not bool(np.all(np.diff(xs) >= 0)):
-            raise PlotError(f"{x!r} does not increase over the steps of this run")
-    keep = thin(xs, y, width)
-    whole = len(keep) == len(xs)
+    if x != "step" and x not in r.metrics():
+        raise PlotError(f"this run has no metric {x!r} for the x axis")
+    total = r.rows(name)
+    i0 = _first_after(r, name, after, total)
+
+    def rows() -> Iterator[tuple[Array, Array, Array]]:
+        """(steps, x, y) slices of the curve, non-finite x dropped."""
+        if x == "step":
+            for steps, y in _chunks(r, name, i0, total):
+                yield steps, steps, _numbers(y, name)
+            return
+        if x == name:
+            joined: Iterator[tuple[Array, Array, Array]] = (
+                (s, v, v) for s, v in _chunks(r, name, i0, total)
+            )
+        else:
+            xrows = r.rows(x)
+            xs = _chunks(r, x, _first_after(r, x, after, xrows), xrows)
+            joined = _joined(xs, _chunks(r, name, i0, total))
+        for steps, xv, y in joined:
+            xf, yf = _numbers(xv, x), _numbers(y, name)
+            ok = np.isfinite(xf)
+            yield (steps, xf, yf) if ok.all() else (steps[ok], xf[ok], yf[ok])
+
+    span = _step_span(r, name, i0, total) if x == "step" else _x_span(rows(), x)
+    smoothing = smooth > 0 and after < 0
+    state, count, last = (0.0, 0.0), 0, after
+    kept: list[tuple[Array, ...]] = []
+    for steps, xv, y in rows():
+        if not len(steps):
+            continue
+        count, last = count + len(steps), int(steps[-1])
+        cols = [steps, xv, y]
+        if smoothing:
+            s, acc, weight = ema(y, smooth, state)
+            state = (acc, weight)
+            cols.append(s)
+        keep = thin(xv, y, width, span)
+        kept.append(tuple(c[keep] for c in cols))
+    merged: list[Array] = [np.concatenate(c) for c in zip(*kept, strict=True)] or list(_NONE)
+    xk, yk = merged[1], merged[2]
+    keep = thin(xk, yk, width, span)
     out: dict[str, Any] = {
-        "x": (xs if whole else xs[keep]).tolist() if x == "step" else _json_floats(xs[keep]),
-        "y": _json_floats(y if whole else y[keep]),
-        "rows": len(xs),
-        "last_step": int(steps[-1]) if len(steps) else after,
+        "x": xk[keep].tolist() if x == "step" else _json_floats(xk[keep]),
+        "y": _json_floats(yk[keep]),
+        "rows": count,
+        "last_step": last,
         "dtype": code or "hot",
     }
-    if smooth > 0 and after < 0:
-        s, acc, weight = ema(y, smooth)
-        out["s"] = _json_floats(s if whole else s[keep])
-        out["ema"] = [acc, weight]
+    if smoothing:
+        out["s"] = _json_floats(merged[3][keep]) if kept else []
+        out["ema"] = list(state)
     return out
+
+
+def _chunks(r: Reader, name: str, start: int, stop: int) -> Iterator[tuple[Array, Array]]:
+    """(steps, values) of rows [start, stop), `CHUNK` rows at a time."""
+    for i in range(start, stop, CHUNK):
+        yield r.metric(name, dtype="storage", istart=i, istop=min(i + CHUNK, stop))
+
+
+def _first_after(r: Reader, name: str, after: int, total: int) -> int:
+    """Position of the first of `total` rows with a step above `after` (steps increase).
+
+    Galloping back from the end, then bisecting: a live tail of k rows costs about
+    2 log2(k) single-row reads, never the column's whole index.
+    """
+    if after < 0:
+        return 0
+
+    def step(i: int) -> int:
+        return int(r.metric(name, idx=i, dtype="storage")[0])
+
+    lo, hi, gap = 0, total, 1
+    while hi - gap >= 0:
+        if step(hi - gap) <= after:
+            lo = hi - gap + 1
+            break
+        hi, gap = hi - gap, gap * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if step(mid) <= after else (lo, mid)
+    return lo
+
+
+def _joined(
+    a: Iterator[tuple[Array, Array]], b: Iterator[tuple[Array, Array]]
+) -> Iterator[tuple[Array, Array, Array]]:
+    """(steps, a values, b values) at the steps both chunked, step-sorted columns have."""
+    ca, cb = next(a, None), next(b, None)
+    while ca is not None and cb is not None:
+        (sa, va), (sb, vb) = ca, cb
+        if len(sa) and len(sb):
+            upto = min(sa[-1], sb[-1])
+            ka = int(np.searchsorted(sa, upto, "right"))
+            kb = int(np.searchsorted(sb, upto, "right"))
+            common, ia, ib = np.intersect1d(
+                sa[:ka], sb[:kb], assume_unique=True, return_indices=True
+            )
+            yield common, va[ia], vb[ib]
+        else:
+            ka, kb = len(sa), len(sb)
+        ca = (sa[ka:], va[ka:]) if ka < len(sa) else next(a, None)
+        cb = (sb[kb:], vb[kb:]) if kb < len(sb) else next(b, None)
+
+
+def _step_span(r: Reader, name: str, i0: int, total: int) -> tuple[float, float] | None:
+    """First and last step of rows [i0, total): the span a step axis divides."""
+    if i0 >= total:
+        return None
+    first = r.metric(name, idx=i0, dtype="storage")[0]
+    return float(first), float(r.metric(name, idx=total - 1, dtype="storage")[0])
+
+
+def _x_span(rows: Iterator[tuple[Array, Array, Array]], x: str) -> tuple[float, float] | None:
+    """First and last x of the curve, checking on the way that x never decreases."""
+    span: tuple[float, float] | None = None
+    for _steps, xv, _y in rows:
+        if not len(xv):
+            continue
+        prev = span[1] if span else -math.inf
+        if xv[0] < prev or not bool(np.all(np.diff(xv) >= 0)):
+            raise PlotError(f"{x!r} does not increase over the steps of this run")
+        span = (span[0] if span else float(xv[0]), float(xv[-1]))
+    return span

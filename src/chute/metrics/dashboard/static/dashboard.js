@@ -321,6 +321,7 @@
   }
 
   // -- requests, batched per run -------------------------------------------------------------
+  const PER_REQUEST = 128; // metrics per series request (the server takes at most 256)
   let queue = new Map(); // run id -> {run, full: Set(Chart), tails: Map(Chart, after)}
   let flushTimer = null;
 
@@ -357,8 +358,13 @@
     const jobs = queue;
     queue = new Map();
     for (const { run, full, tails } of jobs.values()) {
-      if (full.size) fetchSeries(run, [...full], null);
-      if (tails.size) fetchSeries(run, [...tails.keys()], [...tails.values()]);
+      const charts = [...full], tailCharts = [...tails.keys()], afters = [...tails.values()];
+      for (let i = 0; i < charts.length; i += PER_REQUEST) {
+        fetchSeries(run, charts.slice(i, i + PER_REQUEST), null);
+      }
+      for (let i = 0; i < tailCharts.length; i += PER_REQUEST) {
+        fetchSeries(run, tailCharts.slice(i, i + PER_REQUEST), afters.slice(i, i + PER_REQUEST));
+      }
     }
   }
 
