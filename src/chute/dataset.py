@@ -72,7 +72,7 @@ def write_dataset(
     shard_records: int | None = None,
     workers: int | None = None,
 ) -> Dataset | RaggedDataset:
-    """Write ``array`` as one record per slice along axis 0 and return it opened.
+    r"""Write ``array`` as one record per slice along axis 0 and return it opened.
 
     ``array`` is anything with ``shape``, ``dtype`` and slicing (a memory-mapped ``.npy``,
     an h5py or zarr array); it is read ``chunk_bytes`` at a time, never whole. A 1-D array
