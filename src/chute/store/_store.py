@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from chute._closing import Closing
 from chute._native import codes
+from chute._safe_open import open_regular
 from chute.errors import (
     CorruptStoreError,
     StoreChangedError,
@@ -133,7 +134,7 @@ class RecordStore(Closing):
         path, files = self._path, self._files
         meta = path / fmt.META_FILE
         try:
-            files.meta_fd = os.open(meta, os.O_RDONLY)
+            files.meta_fd = open_regular(meta, path)  # a FIFO would hang; a link out
         except FileNotFoundError:
             if not path.exists():
                 raise StoreNotFoundError(f"no store at {path}: the path does not exist") from None

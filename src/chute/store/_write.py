@@ -53,6 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute import _native
+from chute._safe_open import open_regular
 from chute.errors import CorruptStoreError, StoreError
 from chute.store import _format as fmt
 from chute.store._codec import (
@@ -88,7 +89,7 @@ def open_for_writing(path: Path, *, reset: bool, durable: bool) -> StoreFiles:
         _refuse_orphan_chunks(path, "has no meta.zr")
     path.mkdir(parents=True, exist_ok=True)
     files = StoreFiles(path, writable=True)
-    files.meta_fd = os.open(meta_path, os.O_RDWR | os.O_CREAT, 0o644)
+    files.meta_fd = _open_meta(meta_path)
     try:
         lock_exclusive(files.meta_fd, path)
         head = os.pread(files.meta_fd, 4, 0)
@@ -107,6 +108,17 @@ def open_for_writing(path: Path, *, reset: bool, durable: bool) -> StoreFiles:
         files.close()
         raise
     return files
+
+
+def _open_meta(meta_path: Path) -> int:
+    """meta.zr for writing, created if missing: a regular file inside the store (never a
+    FIFO, a device, or a link to a file elsewhere that the writer would then change)."""
+    try:
+        return open_regular(meta_path, meta_path.parent, write=True)
+    except FileNotFoundError:
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        os.close(os.open(meta_path, flags, 0o644))
+    return open_regular(meta_path, meta_path.parent, write=True)
 
 
 def _open_gen(files: StoreFiles, durable: bool) -> None:
