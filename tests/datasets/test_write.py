@@ -151,3 +151,15 @@ def test_a_store_over_a_sharded_dataset_keeps_its_checksums_and_back(tmp_path: P
     write_dataset(path, OLD, shard_records=7, overwrite=True).close()
     with Dataset(path, verify=True) as ds:
         np.testing.assert_array_equal(ds[np.arange(len(OLD))], OLD)
+
+
+def test_a_sharded_overwrite_leaves_none_of_the_single_stores_files(tmp_path: Path) -> None:
+    """Every file of the store goes (the dictionary and its record too), except gen.chute,
+    which its readers check."""
+    path = tmp_path / "d"
+    rows = np.tile(np.arange(64, dtype=np.uint8), (200, 1))
+    write_dataset(path, rows, codec="zstd_dict").close()
+    assert {"dict.zr", "dict.chute"} <= {p.name for p in path.iterdir()}
+    write_dataset(path, OLD, shard_records=10, overwrite=True).close()
+    left = {p.name for p in path.iterdir() if p.is_file()}
+    assert left == {"dataset.json", "dataset.lock", "gen.chute"}

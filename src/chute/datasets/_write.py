@@ -42,14 +42,7 @@ from chute.datasets._manifest import (
 )
 from chute.errors import StoreKindError
 from chute.store import RecordStore
-from chute.store._format import (
-    DICT_FILE,
-    GEN_FILE,
-    MAX_RECORDS,
-    META_FILE,
-    SCHEMA_FILE,
-    SUMS_FILE,
-)
+from chute.store._format import GEN_FILE, MAX_RECORDS, META_FILE, is_store_file
 from chute.store._io import fsync_dir, lock_exclusive
 from chute.store._write import bump_generation
 
@@ -88,11 +81,8 @@ def clear(path: Path) -> None:
         bump_generation(path, durable=True)
         for part in shard_dirs(path):
             remove_shard(part)
-        for entry in path.iterdir():
-            stem = entry.name[:-3] if entry.name.endswith(".zr") else ""
-            if entry.is_file() and (
-                entry.name in (META_FILE, DICT_FILE, SUMS_FILE, SCHEMA_FILE) or stem.isdigit()
-            ):
+        for entry in path.iterdir():  # gen.chute stays: readers opened before check it
+            if entry.name != GEN_FILE and is_store_file(entry.name) and not entry.is_dir():
                 entry.unlink()
     finally:
         if meta_fd >= 0:

@@ -303,14 +303,9 @@ class StoreFiles:
     def disk_usage(self) -> dict[str, int]:
         """Apparent bytes of the table and the checksum sidecar, and the bytes every file of
         the store takes on disk (allocated blocks: loaderx's sparse files count as written)."""
-        names = (
-            fmt.META_FILE, fmt.DICT_FILE, fmt.DICT_SUM_FILE, fmt.SCHEMA_FILE, fmt.SUMS_FILE,
-            fmt.GEN_FILE,
-        )  # fmt: skip
         disk = 0
         for entry in os.scandir(self.path):
-            stem = entry.name[:-3] if entry.name.endswith(".zr") else ""
-            if entry.name in names or stem.isdigit():
+            if fmt.is_store_file(entry.name):
                 disk += entry.stat().st_blocks * 512
         return {
             "table_bytes": os.fstat(self.meta_fd).st_size,

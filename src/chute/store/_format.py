@@ -85,6 +85,11 @@ GEN_MAGIC: Final = b"ZGEN"
 GEN_VERSION: Final = 1
 GEN_HEADER = struct.Struct("<4sHxxQ")  # magic, version, generation (u64 at byte 8)
 
+#: A store's files other than its chunks (see `is_store_file`).
+NAMED_FILES: Final = frozenset(
+    {META_FILE, DICT_FILE, DICT_SUM_FILE, SCHEMA_FILE, SUMS_FILE, GEN_FILE}
+)
+
 ZSTD_LEVEL: Final = 3
 ZSTD_DICT_LEVEL: Final = 19
 
@@ -128,6 +133,13 @@ def codec_name(codec: Codec) -> str:
 
 def chunk_file(chunk_id: int) -> str:
     return f"{chunk_id}.zr"
+
+
+def is_store_file(name: str) -> bool:
+    """Whether a file of this name in a store's folder belongs to the store: its chunk
+    files and `NAMED_FILES`. The one list of a store's files, for what removes or counts them."""
+    stem = name[:-3] if name.endswith(".zr") else ""
+    return name in NAMED_FILES or stem.isdigit()
 
 
 def meta_size(capacity: int) -> int:
