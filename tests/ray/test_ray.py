@@ -206,3 +206,22 @@ def test_a_second_conversion_into_one_folder_is_refused_and_the_first_completes(
     _check_chute(out)
     again = chute.ray.write_dataset(_source(2), out, columns=["label"], overwrite=True)
     assert again["label"][:].tolist() == LABELS.tolist()  # the lock is free once it is done
+
+
+def test_a_reader_of_a_column_raises_when_the_conversion_is_overwritten(
+    local_ray: None, tmp_path: Path
+) -> None:
+    """An overwrite clears each old column as a sharded overwrite does: its readers raise
+    `StoreChangedError` instead of mixing old shards they had opened with new ones."""
+    path = tmp_path / "conv"
+    rows = ray.data.from_items([{"x": np.full(2, i)} for i in range(40)], override_num_blocks=4)
+    chute.ray.write_dataset(rows, path, rows_per_shard=10)["x"].close()
+    old = chute.Dataset(path / "x")
+    assert old[[0]].tolist() == [[0, 0]]  # opens the first shard only
+    again = ray.data.from_items([{"x": np.full(2, -i)} for i in range(40)], override_num_blocks=4)
+    new = chute.ray.write_dataset(again, path, rows_per_shard=10, overwrite=True)
+    with pytest.raises(chute.StoreChangedError):
+        old[[39]]
+    old.close()
+    assert new["x"][[39]].tolist() == [[-39, -39]]
+    new["x"].close()

@@ -19,7 +19,7 @@ from typing import Any
 
 from chute.dataset import Dataset
 from chute.datasets import is_sharded
-from chute.datasets._write import check_sharding
+from chute.datasets._write import check_sharding, clear, writer_lock
 from chute.errors import ColumnTypeError
 from chute.ragged import RaggedDataset
 from chute.ray._layout import COLUMNS_FILE, LOCK_FILE, STAGING, conversion_lock, open_columns
@@ -93,12 +93,15 @@ def _refuse_occupied(path: Path) -> None:
 
 
 def _remove_conversion(path: Path) -> None:
-    """Remove a previous conversion at ``path``: columns.json first, then its columns."""
+    """Remove a previous conversion at ``path``: columns.json first, then each column as an
+    overwrite clears a sharded dataset (under its writer lock, raising its generation, so a
+    reader of the old column raises `StoreChangedError` instead of mixing it with the new)."""
     (path / COLUMNS_FILE).unlink(missing_ok=True)
     shutil.rmtree(path / STAGING, ignore_errors=True)
     for entry in path.iterdir():
-        if entry.is_dir() and is_sharded(entry):
-            shutil.rmtree(entry)
+        if entry.is_dir() and not entry.is_symlink() and is_sharded(entry):
+            with writer_lock(entry):
+                clear(entry)
 
 
 def read_dataset(

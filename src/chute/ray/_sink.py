@@ -25,6 +25,7 @@ from ray.data.block import Block, BlockAccessor
 from chute._schema import read_schema
 from chute.dataset import write_dataset
 from chute.datasets._manifest import Manifest, shard_name, write_manifest
+from chute.datasets._write import writer_lock
 from chute.errors import ColumnTypeError
 from chute.ragged import write_ragged
 from chute.ray._layout import STAGING, check_column_name, check_column_types, write_columns
@@ -126,14 +127,17 @@ class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
     ) -> None:
         target = self.path / name
         target.mkdir(exist_ok=True)
-        shards: list[tuple[str, int]] = []
-        for part, n in parts:
-            part.rename(target / shard_name(len(shards)))
-            shards.append((shard_name(len(shards)), n))
-        schema = {k: v for k, v in schema.items() if k not in ("format", "version")}
-        schema["codec"] = self.codec
-        manifest = Manifest(schema=schema, shard_records=self.rows_per_shard, shards=tuple(shards))
-        write_manifest(target, manifest)
+        with writer_lock(target):
+            shards: list[tuple[str, int]] = []
+            for part, n in parts:
+                part.rename(target / shard_name(len(shards)))
+                shards.append((shard_name(len(shards)), n))
+            schema = {k: v for k, v in schema.items() if k not in ("format", "version")}
+            schema["codec"] = self.codec
+            write_manifest(
+                target,
+                Manifest(schema=schema, shard_records=self.rows_per_shard, shards=tuple(shards)),
+            )
 
     def on_write_failed(self, error: Exception) -> None:
         shutil.rmtree(self.path / STAGING, ignore_errors=True)
