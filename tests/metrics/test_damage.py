@@ -347,3 +347,23 @@ def test_cut_files_of_a_live_run_still_read_as_their_committed_rows(tmp_path):
         assert not r.finished
         assert r.rows("loss") == 20 and r.rows("note") == 10 and r.rows("ev") == 20
         assert r.verify() == []
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", "[" * 100_000])
+def test_a_corrupt_manifest_is_a_corrupt_run_error_naming_it(tmp_path, text):
+    """Junk, a JSON non-object or a nesting deep enough to recurse out: the reader and a
+    writer resuming the run both name plattli.json, and nothing is changed."""
+    run = tmp_path / "run"
+    with cm.DirectWriter(str(run)) as w:
+        w.write(loss=0.5)
+        w.end_step()
+    manifest = run / "plattli" / "plattli.json"
+    manifest.write_text(text)
+    for attempt in (
+        lambda: cm.Reader(str(run)).metrics(),
+        lambda: cm.DirectWriter(str(run), step=0),
+    ):
+        with pytest.raises(cm.CorruptRunError) as caught:
+            attempt()
+        assert caught.value.path == str(manifest)
+    assert manifest.read_text() == text

@@ -108,7 +108,7 @@ class ColumnStore:
         cuts: list[tuple[str, int]] = []
         if os.path.exists(mpath):
             with open(mpath, "rb") as f:
-                manifest = F.load_manifest(f.read())
+                manifest = F.load_manifest(f.read(), mpath)
             hot = any(os.path.exists(store._path(h)) for h in (F.HOT, F.HOT_COMPACTING))
             for name in F.metric_names(manifest):
                 if not hot:

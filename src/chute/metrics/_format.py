@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from chute.errors import CorruptRunError
+
 DIR_NAME = "plattli"
 ZIP_NAME = "metrics.plattli"
 MANIFEST = "plattli.json"
@@ -225,14 +227,15 @@ def steps_to_segments(steps: np.ndarray[Any, Any]) -> list[dict[str, int]] | Non
     return segs if len(segs) < n else None
 
 
-def load_manifest(raw: bytes) -> dict[str, Any]:
-    """Parse a manifest, rejecting anything that is not a JSON object."""
+def load_manifest(raw: bytes, where: str) -> dict[str, Any]:
+    """Parse the manifest read from ``where``: anything but a JSON object is a
+    `CorruptRunError` naming it."""
     try:
         data = json.loads(raw)
-    except ValueError as e:
-        raise ValueError(f"{MANIFEST} is corrupt ({e}); nothing was changed") from None
+    except (ValueError, RecursionError) as e:
+        raise CorruptRunError(f"{where} is corrupt ({e}); nothing was changed", where) from None
     if not isinstance(data, dict):
-        raise ValueError(f"{MANIFEST} is not a JSON object")
+        raise CorruptRunError(f"{where} is not a JSON object", where)
     return data
 
 

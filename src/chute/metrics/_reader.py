@@ -143,7 +143,7 @@ class Reader(Closing):
                     "finalized or removed since this Reader opened it",
                     path=self._src.where(F.MANIFEST),
                 )
-            self._manifest = F.load_manifest(data)
+            self._manifest = F.load_manifest(data, self._src.where(F.MANIFEST))
             self._manifest_raw = data
         return self._manifest
 
@@ -481,7 +481,7 @@ class Reader(Closing):
         raw = self._src.read(F.MANIFEST) or b"{}"
         if raw == self._manifest_raw:
             return
-        fresh = F.load_manifest(raw).get(name)
+        fresh = F.load_manifest(raw, self._src.where(F.MANIFEST)).get(name)
         if not isinstance(fresh, dict) or fresh.get("indices") != entry.get("indices"):
             raise _Stale
 
