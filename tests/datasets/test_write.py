@@ -19,6 +19,7 @@ from chute import (
     RaggedDataset,
     RecordStore,
     StoreChangedError,
+    StoreKindError,
     StoreLockedError,
     append_dataset,
     write_dataset,
@@ -163,3 +164,17 @@ def test_a_sharded_overwrite_leaves_none_of_the_single_stores_files(tmp_path: Pa
     write_dataset(path, OLD, shard_records=10, overwrite=True).close()
     left = {p.name for p in path.iterdir() if p.is_file()}
     assert left == {"dataset.json", "dataset.lock", "gen.chute"}
+
+
+@pytest.mark.parametrize("mode", ["w", "a"])
+def test_a_store_is_not_opened_for_writing_inside_a_sharded_dataset(
+    tmp_path: Path, mode: str
+) -> None:
+    path = tmp_path / "d"
+    write_dataset(path, OLD, shard_records=10).close()
+    before = sorted(p.name for p in path.iterdir())
+    with pytest.raises(StoreKindError, match="sharded dataset"):
+        RecordStore(path, mode=mode)  # type: ignore[arg-type]
+    assert sorted(p.name for p in path.iterdir()) == before
+    with Dataset(path) as ds:
+        np.testing.assert_array_equal(ds[np.arange(len(OLD))], OLD)

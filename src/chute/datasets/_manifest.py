@@ -47,10 +47,10 @@ from chute.errors import (
     StoreNotFoundError,
     UnsafeFileError,
 )
-from chute.store._format import MAX_RECORDS, META_FILE
+from chute.store._format import MAX_RECORDS, META_FILE, SHARDED_MANIFEST
 from chute.store._io import write_file_atomic
 
-MANIFEST_FILE: Final = "dataset.json"
+MANIFEST_FILE: Final = SHARDED_MANIFEST
 #: dataset.json's size cap: about 900 000 shards, where chute writes ~75 bytes per shard.
 MAX_MANIFEST_BYTES: Final = 64 << 20
 LOCK_FILE: Final = "dataset.lock"

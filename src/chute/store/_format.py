@@ -85,6 +85,10 @@ GEN_MAGIC: Final = b"ZGEN"
 GEN_VERSION: Final = 1
 GEN_HEADER = struct.Struct("<4sHxxQ")  # magic, version, generation (u64 at byte 8)
 
+#: The manifest that makes a folder a sharded dataset (written by `chute.datasets`): a
+#: store is never created beside one, where it would mix with the dataset's own files.
+SHARDED_MANIFEST: Final = "dataset.json"
+
 #: A store's files other than its chunks (see `is_store_file`).
 NAMED_FILES: Final = frozenset(
     {META_FILE, DICT_FILE, DICT_SUM_FILE, SCHEMA_FILE, SUMS_FILE, GEN_FILE}

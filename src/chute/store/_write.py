@@ -54,7 +54,7 @@ import numpy.typing as npt
 
 from chute import _native
 from chute._safe_open import open_regular
-from chute.errors import CorruptStoreError, StoreError
+from chute.errors import CorruptStoreError, StoreError, StoreKindError
 from chute.store import _format as fmt
 from chute.store._codec import (
     dict_sum,
@@ -84,6 +84,11 @@ def open_for_writing(path: Path, *, reset: bool, durable: bool) -> StoreFiles:
     """Open (creating, or with ``reset`` emptying) a store, holding the writer lock."""
     if path.exists() and not path.is_dir():
         raise StoreError(f"{path} exists and is not a directory")
+    if os.path.lexists(path / fmt.SHARDED_MANIFEST):
+        raise StoreKindError(
+            f"{path} is a sharded dataset, not a store: open it with chute.Dataset or "
+            "chute.RaggedDataset, and write over it with write_dataset(..., overwrite=True)"
+        )
     meta_path = path / fmt.META_FILE
     if not reset and not meta_path.exists():
         _refuse_orphan_chunks(path, "has no meta.zr")
