@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import chute
 from chute import DataLoader
-from chute._buffers import plain
+from chute._util.buffers import plain
 from chute.frameworks import DeviceLoader, to_device
 from chute.frameworks._device import DeviceView
 

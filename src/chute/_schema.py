@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from chute._safe_open import read_regular
+from chute._util.safe_open import read_regular
 from chute.errors import (
     CorruptStoreError,
     SchemaMismatchError,

@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from chute._closing import Closing
 from chute._schema import read_schema
+from chute._util.closing import Closing
 from chute.datasets import ShardedStore, is_sharded
 from chute.errors import RecordIndexError, StoreKindError
 from chute.store import RecordStore

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from chute._progress import Progress
 from chute._schema import read_schema
+from chute._util.progress import Progress
 from chute.dataset import write_dataset
 from chute.datasets import _cli as sharded
 from chute.datasets import is_sharded

@@ -451,7 +451,7 @@ class UnsafeFileError(ChuteError, OSError):
 
     >>> import os, tempfile
     >>> import chute
-    >>> from chute._safe_open import read_regular
+    >>> from chute._util.safe_open import read_regular
     >>> root = tempfile.mkdtemp()
     >>> os.mkfifo(root + "/config.json")
     >>> try:

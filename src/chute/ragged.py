@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chute._progress import STEP_BYTES, Progress
 from chute._schema import WriteMode, check_plain_dtype, open_for_writing
+from chute._util.progress import STEP_BYTES, Progress
 from chute._view import StoreView, check_indices
 from chute.datasets._append import write_sharded
 from chute.datasets._write import check_sharding, replacing_shards

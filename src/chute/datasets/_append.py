@@ -99,7 +99,7 @@ def append_ragged(
     >>> len(ds), ds[2].tolist()
     (3, [0])
     """
-    from chute._progress import Progress
+    from chute._util.progress import Progress
     from chute.ragged import RaggedDataset, _flush, _records
 
     path = Path(path)

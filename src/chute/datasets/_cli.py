@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from chute._progress import Progress
+from chute._util.progress import Progress
 from chute.datasets._manifest import read_manifest
 from chute.datasets._store import ShardedStore
 from chute.datasets._write import recover, writer_lock

@@ -39,8 +39,9 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from chute._safe_open import read_regular
 from chute._schema import parse_schema
+from chute._util.fs import write_file_atomic
+from chute._util.safe_open import read_regular
 from chute.errors import (
     CorruptStoreError,
     IncompleteDatasetError,
@@ -48,7 +49,6 @@ from chute.errors import (
     UnsafeFileError,
 )
 from chute.store._format import MAX_RECORDS, META_FILE, SHARDED_MANIFEST
-from chute.store._io import write_file_atomic
 
 MANIFEST_FILE: Final = SHARDED_MANIFEST
 #: dataset.json's size cap: about 900 000 shards, where chute writes ~75 bytes per shard.

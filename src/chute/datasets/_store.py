@@ -19,10 +19,11 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from chute._closing import Closing
-from chute._safe_open import inside
 from chute._schema import read_schema
-from chute._waiting import wait_all
+from chute._util.closing import Closing
+from chute._util.cores import usable_cores
+from chute._util.safe_open import inside
+from chute._util.waiting import wait_all
 from chute.datasets._manifest import Manifest, read_manifest
 from chute.errors import CorruptStoreError, StoreChangedError, StoreClosedError
 from chute.store import RecordStore
@@ -64,7 +65,7 @@ class ShardedStore(Closing):
         self._starts = self._manifest.starts()
         self._length = int(self._starts[-1])
         self._verify = verify
-        self._threads = threads if threads and threads > 0 else len(os.sched_getaffinity(0))
+        self._threads = threads if threads and threads > 0 else usable_cores()
         self._executor: ThreadPoolExecutor | None = None
         self._executor_pid = 0
         self._stores: list[RecordStore | None] = [None] * len(self._manifest.shards)

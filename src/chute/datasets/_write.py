@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._schema import read_schema
+from chute._util.fs import fsync_dir, lock_exclusive
 from chute.datasets._manifest import (
     LOCK_FILE,
     MANIFEST_FILE,
@@ -43,7 +44,6 @@ from chute.datasets._manifest import (
 from chute.errors import StoreKindError
 from chute.store import RecordStore
 from chute.store._format import GEN_FILE, MAX_RECORDS, META_FILE, is_store_file
-from chute.store._io import fsync_dir, lock_exclusive
 from chute.store._write import bump_generation
 
 Options = dict[str, Any]

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import numpy as np
 
-from chute._buffers import Allocate, BatchBuffers
-from chute._closing import Closing
-from chute._waiting import first_failure
+from chute._util.buffers import Allocate, BatchBuffers
+from chute._util.closing import Closing
+from chute._util.waiting import first_failure
 from chute.errors import LoaderInUseError
 from chute.loader._pipeline import MAX_PREFETCH
 

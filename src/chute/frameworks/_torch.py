@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chute._buffers import Allocate, plain
+from chute._util.buffers import Allocate, plain
 from chute.frameworks._tree import leaves, native_copy, tree_map
 
 __all__ = ["TorchMover", "to_torch"]

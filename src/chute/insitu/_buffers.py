@@ -1,5 +1,5 @@
-"""Batch output arrays: the ring both loaders share lives in `chute._buffers`."""
+"""Batch output arrays: the ring both loaders share lives in `chute._util.buffers`."""
 
-from chute._buffers import BatchBuffers
+from chute._util.buffers import BatchBuffers
 
 __all__ = ["BatchBuffers"]

@@ -17,9 +17,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from chute._buffers import Allocate, BatchBuffers
-from chute._closing import Closing
-from chute._sharding import Shard, resolve_shard
+from chute._util.buffers import Allocate, BatchBuffers
+from chute._util.closing import Closing
+from chute._util.cores import usable_cores
+from chute._util.process_slice import SliceSpec, resolve_slice
 
 from ._aio import run_sync
 from ._geometry import ArrayGeometry, read_geometries, valid_anchor_range
@@ -45,10 +46,6 @@ def _keywords() -> list[str]:
         for n, p in inspect.signature(InSituDataset.__init__).parameters.items()
         if p.kind is p.KEYWORD_ONLY or (n != "self" and p.kind is p.POSITIONAL_OR_KEYWORD)
     ]
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class InSituDataset(Closing):
@@ -100,7 +97,7 @@ class InSituDataset(Closing):
         cache_dir: str | os.PathLike[str] | None = None,
         chunk_transforms: Sequence[ChunkTransform] = (),
         batch_transforms: Sequence[BatchTransform] = (),
-        shard: Shard = None,
+        shard: SliceSpec = None,
         on_bad_chunk: Literal["raise", "skip"] = "raise",
         decode_threads: int | None = None,
         **store_kwargs: Any,
@@ -116,7 +113,7 @@ class InSituDataset(Closing):
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an int, got {seed!r}")
         try:
-            index, count = resolve_shard(shard)
+            index, count = resolve_slice(shard)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"shard: {exc}") from None
         session = session_of(url)
@@ -133,7 +130,7 @@ class InSituDataset(Closing):
             dict(geometries) if geometries is not None else read_geometries(self.store, name),
             explicit=geometries is not None,
         )
-        cores = _cores()
+        cores = usable_cores()
         stored = self._stored_chunk_nbytes()
         if max_inflight is None:
             max_inflight = 2 * cores

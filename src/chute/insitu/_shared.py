@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from chute._native import crc32c
-from chute._safe_open import open_regular, read_regular
+from chute._util.safe_open import open_regular, read_regular
 from chute.errors import UnsafeFileError
 
 from ._pool import SlabKey

@@ -9,7 +9,7 @@ from typing import Any, Literal, ParamSpec, get_args
 import numpy as np
 import numpy.typing as npt
 
-from chute._sharding import Shard, resolve_shard
+from chute._util.process_slice import SliceSpec, resolve_slice
 from chute.loader._pipeline import Pipeline
 from chute.loader._streams import Batch, Stream, as_streams, check_streams
 from chute.loader._subset import IndexSet
@@ -47,7 +47,7 @@ class EvalPass(Pipeline):
         num_threads: int | None = None,
         prefetch: int = 4,
         transform: Callable[[Batch], Batch] | None = None,
-        shard: Shard = None,
+        shard: SliceSpec = None,
         timeout: float | None = None,
     ) -> None:
         super().__init__(as_streams(streams), num_threads, prefetch, transform, timeout)
@@ -60,7 +60,7 @@ class EvalPass(Pipeline):
         self.subset = None if indices is None else IndexSet(indices, length)
         self.length = length if self.subset is None else len(self.subset)
         self.last: Last = last
-        self.shard = resolve_shard(shard, self.batch_size)
+        self.shard = resolve_slice(shard, self.batch_size)
         index, count = self.shard
         share = self.batch_size // count
         self._slice = (index * share, (index + 1) * share)

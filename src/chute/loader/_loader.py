@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chute._sharding import Shard, resolve_shard
+from chute._util.process_slice import SliceSpec, resolve_slice
 from chute.errors import SamplerError
 from chute.loader._evaluate import EvalPass, Last
 from chute.loader._pipeline import Pipeline
@@ -135,7 +135,7 @@ class DataLoader(Pipeline):
         num_threads: int | None = None,
         prefetch: int | None = None,
         transform: Callable[[Batch], Batch] | None = None,
-        shard: Shard = None,
+        shard: SliceSpec = None,
         *,
         indices: npt.ArrayLike | None = None,
         timeout: float | None = None,
@@ -156,7 +156,7 @@ class DataLoader(Pipeline):
         self.sampler: SamplerLike = _make_sampler(sampler, space, batch_size, seed)
         if start_step is not None:
             self.sampler.seek(_check_u64("start_step", start_step, end=STEP_END))
-        self.shard = resolve_shard(shard, self.sampler.batch_size)
+        self.shard = resolve_slice(shard, self.sampler.batch_size)
         index, count = self.shard
         share = self.sampler.batch_size // count
         self._slice = (index * share, (index + 1) * share)

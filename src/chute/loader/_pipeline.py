@@ -18,8 +18,9 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
-from chute._buffers import BatchBuffers
-from chute._closing import Closing
+from chute._util.buffers import BatchBuffers
+from chute._util.closing import Closing
+from chute._util.cores import usable_cores
 from chute.errors import LoaderTimeoutError
 from chute.loader._streams import Batch, GathersInto, Stream
 from chute.loader._workers import CLOSE_WAIT, Workers
@@ -40,7 +41,7 @@ def check_prefetch(prefetch: object, num_threads: object) -> tuple[int, int]:
             "ahead is held in memory, and 2-8 are enough to keep the workers busy"
         )
     if num_threads is None:
-        num_threads = min(int(prefetch), os.cpu_count() or 1)
+        num_threads = min(int(prefetch), usable_cores())
     if isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)):
         raise TypeError(f"num_threads must be an int, got {num_threads!r}")
     if not 1 <= num_threads <= MAX_PREFETCH:

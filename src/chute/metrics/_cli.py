@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from chute._util.cores import usable_cores
+
 from ._jsonl import DEFAULT_SKIP, ConvertOptions, convert_run, find_runs
 from ._reader import Reader
 from ._source import is_run
@@ -24,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("from-jsonl", help="convert <run>/metrics.jsonl logs into Plättli runs")
     c.add_argument("indirs", nargs="*", default=["."], help="folders whose run folders to convert")
     c.add_argument("-o", "--outdir", help="write <outdir>/<run>.plattli instead of in place")
-    c.add_argument("-w", "--workers", type=int, default=max(1, (os.cpu_count() or 1) - 2))
+    c.add_argument("-w", "--workers", type=int, default=max(1, usable_cores() - 2))
     c.add_argument(
         "--skipcols",
         action="append",

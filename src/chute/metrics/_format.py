@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._util.fs import write_file_atomic
 from chute.errors import CorruptRunError
 
 DIR_NAME = "plattli"
@@ -125,22 +126,12 @@ def dump_json(obj: object) -> bytes:
 
 
 def atomic_write(path: str, data: bytes, durable: bool = False) -> None:
-    """Replace `path` with `data` so readers see the old or the new file, never a torn one.
+    """Replace `path` with `data` so readers see the old or the new file, never a torn one
+    (the new bytes wait under a `TMP_SUFFIX` name, which a writer's reopen removes).
 
     `durable`: the new file and its name are synced to stable storage before this returns.
     """
-    tmp = path + TMP_SUFFIX
-    with open(tmp, "wb") as f:
-        f.write(data)
-        if durable:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if durable:
-        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    write_file_atomic(path, data, durable=durable, suffix=TMP_SUFFIX)
 
 
 def _segment_list(segs: object) -> list[Any]:

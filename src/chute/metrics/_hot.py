@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from chute._safe_open import read_regular
+from chute._util.safe_open import read_regular
 from chute.errors import CorruptRunError
 
 from ._dtypes import Value, float_json

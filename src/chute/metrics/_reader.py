@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from chute._closing import Closing
+from chute._util.closing import Closing
 from chute.errors import CorruptRunError, RunFileMissingError
 
 from . import _config

@@ -1,6 +1,6 @@
 """Byte access to a run's files, in a `plattli/` folder or a stored `metrics.plattli` zip.
 
-Every file is opened the one way `chute._safe_open` allows: it must resolve inside the run
+Every file is opened the one way `chute._util.safe_open` allows: it must resolve inside the run
 (a symlink out is refused), be a regular file (a FIFO would block, `/dev/zero` never
 ends), and a whole-file read stops at the size `LIMITS` allows for its kind.
 """
@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from chute._safe_open import open_regular, read_regular
+from chute._util.safe_open import open_regular, read_regular
 from chute.errors import CorruptRunError, RunFileMissingError, UnsafeFileError
 
 from . import _format as F

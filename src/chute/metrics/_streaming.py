@@ -7,7 +7,7 @@ from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
-from chute._closing import Closing
+from chute._util.closing import Closing
 from chute.errors import RunFinalizedError, RunHasStepsError, WriterClosedError
 
 from . import _config

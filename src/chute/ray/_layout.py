@@ -27,6 +27,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from chute._util.fs import lock_exclusive, write_file_atomic
 from chute.dataset import Dataset
 from chute.datasets._manifest import checksum_of
 from chute.errors import (
@@ -36,7 +37,6 @@ from chute.errors import (
     StoreNotFoundError,
 )
 from chute.ragged import RaggedDataset
-from chute.store._io import lock_exclusive, write_file_atomic
 
 COLUMNS_FILE: Final = "columns.json"
 #: Held (flock) by the driver for a whole conversion into the folder; never removed.

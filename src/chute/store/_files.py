@@ -22,11 +22,11 @@ import numpy as np
 import numpy.typing as npt
 
 from chute import _native
-from chute._safe_open import open_regular, read_regular
+from chute._util.fs import unlock
+from chute._util.safe_open import open_regular, read_regular
 from chute.errors import CorruptStoreError, StoreError
 from chute.store import _format as fmt
 from chute.store._codec import dict_sum, digest_for_reading
-from chute.store._io import unlock
 
 State = tuple[int, int, int]  # tail_chunk, tail_offset, length
 NO_STATE: State = (0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF)  # matches no real header

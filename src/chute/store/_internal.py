@@ -12,9 +12,9 @@ modules (`_format`, `_codec`, `_io` ...) can change without reaching through the
 * `check_out`, `out_stride`: an ``out=`` array checked, the problem named (`OutBufferError`).
 """
 
+from chute._util.fs import write_file_atomic
 from chute.store._codec import sample_rows
 from chute.store._format import CODEC_NAMES, MAX_RECORD, SCHEMA_FILE, codec_name, parse_codec
-from chute.store._io import write_file_atomic
 from chute.store._out import check_out, out_stride
 
 __all__ = [

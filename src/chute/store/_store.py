@@ -18,9 +18,11 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from chute._closing import Closing
 from chute._native import codes
-from chute._safe_open import open_regular
+from chute._util.closing import Closing
+from chute._util.cores import usable_cores
+from chute._util.fs import lock_shared_wait, unlock
+from chute._util.safe_open import open_regular
 from chute.errors import (
     CorruptStoreError,
     StoreChangedError,
@@ -32,7 +34,6 @@ from chute.store import _format as fmt
 from chute.store import _read
 from chute.store._codec import sample_rows
 from chute.store._files import Snapshot, StoreFiles, empty_snapshot
-from chute.store._io import lock_shared_wait, unlock
 from chute.store._out import out_stride
 from chute.store._write import APPEND_SLICE, Writer, open_for_writing
 
@@ -55,10 +56,6 @@ def _locked(
 
     functools.update_wrapper(wrapper, method)
     return wrapper
-
-
-def default_threads() -> int:
-    return len(os.sched_getaffinity(0))
 
 
 class RecordStore(Closing):
@@ -111,7 +108,7 @@ class RecordStore(Closing):
         self._codec = fmt.parse_codec(codec)
         self._level = _check_level(level)
         self._verify = verify
-        self._threads = threads if threads and threads > 0 else default_threads()
+        self._threads = threads if threads and threads > 0 else usable_cores()
         self._durable = durable
         self._closed = True
         self._lock = threading.RLock()

@@ -53,7 +53,16 @@ import numpy as np
 import numpy.typing as npt
 
 from chute import _native
-from chute._safe_open import open_regular
+from chute._util.fs import (
+    fsync_dir,
+    lock_exclusive,
+    lock_exclusive_wait,
+    pread_exact,
+    pwrite_all,
+    unlock,
+    write_file_atomic,
+)
+from chute._util.safe_open import open_regular
 from chute.errors import CorruptStoreError, StoreError, StoreKindError
 from chute.store import _format as fmt
 from chute.store._codec import (
@@ -63,17 +72,7 @@ from chute.store._codec import (
     train_dictionary,
 )
 from chute.store._files import NO_STATE, Snapshot, State, StoreFiles
-from chute.store._io import (
-    fsync_dir,
-    lock_exclusive,
-    lock_exclusive_wait,
-    pread_exact,
-    pwrite_all,
-    replace_with_empty,
-    replace_with_prefix,
-    unlock,
-    write_file_atomic,
-)
+from chute.store._io import replace_with_empty, replace_with_prefix
 
 MIN_CAPACITY = 1024
 APPEND_SLICE = 64 << 20  # source bytes compressed and written per step

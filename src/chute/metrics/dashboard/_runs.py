@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from chute._safe_open import inside
+from chute._util.safe_open import inside
 from chute.errors import RunNotFoundError, UnsafeFileError
 
 from .. import _format as F

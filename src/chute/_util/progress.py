@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from tqdm import tqdm
 
-from chute._closing import Closing
+from chute._util.closing import Closing
 
 MIB = 1 << 20
 #: Work larger than this shows a bar in Python unless the caller says otherwise.

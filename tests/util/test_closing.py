@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import chute
-from chute._closing import Closing
+from chute._util.closing import Closing
 from chute.datasets import ShardedStore
 from chute.metrics import CompactingWriter, DirectWriter, Reader
 

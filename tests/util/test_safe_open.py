@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from chute._safe_open import inside, open_regular, read_regular
+from chute._util.safe_open import inside, open_regular, read_regular
 from chute.errors import ChuteError, UnsafeFileError
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from chute import DataLoader
-from chute._buffers import BatchBuffers
+from chute._util.buffers import BatchBuffers
 
 F4 = np.dtype(np.float32)
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import chute
-from chute import RecordStore, _progress
+from chute import RecordStore
+from chute._util import progress as _progress
 
 
 def test_write_appends_in_small_steps_and_shows_mib(

@@ -9,11 +9,11 @@ from __future__ import annotations
 import sys
 from typing import Literal
 
-Shard = tuple[int, int] | Literal["auto"] | None
+SliceSpec = tuple[int, int] | Literal["auto"] | None
 """``(index, count)``, ``"auto"`` to ask the framework, or None for a single process."""
 
 
-def _framework_shard() -> tuple[int, int]:
+def _framework_slice() -> tuple[int, int]:
     """This process's (rank, world size) from JAX or torch.distributed, if either is in use.
 
     Only frameworks the program has already imported are asked: chute never imports one.
@@ -27,7 +27,7 @@ def _framework_shard() -> tuple[int, int]:
     return 0, 1
 
 
-def resolve_shard(shard: Shard, batch_size: int | None = None) -> tuple[int, int]:
+def resolve_slice(shard: SliceSpec, batch_size: int | None = None) -> tuple[int, int]:
     """Validate ``shard`` and return ``(index, count)``; ``"auto"`` asks the framework.
 
     With ``batch_size`` (the step loader's global batch) it must split evenly over the
@@ -36,7 +36,7 @@ def resolve_shard(shard: Shard, batch_size: int | None = None) -> tuple[int, int
     if shard is None:
         index, count = 0, 1
     elif shard == "auto":
-        index, count = _framework_shard()
+        index, count = _framework_slice()
     elif (
         isinstance(shard, (tuple, list))
         and len(shard) == 2
