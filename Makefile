@@ -29,6 +29,7 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/mypy src
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest -q
 	$(MAKE) --no-print-directory docs
 
@@ -39,7 +40,7 @@ test: $(STAMP)
 # the child-process harness still sees them; any sanitizer report aborts the test. loaderx's
 # own native library dies under the preloaded runtime, so the tests that call it are left out.
 ASAN_DIR := build/asan
-ASAN_TESTS ?= tests/store tests/test_dataset.py tests/test_ragged.py tests/loader tests/test_sampler.py
+ASAN_TESTS ?= tests/store tests/datasets/test_dataset.py tests/datasets/test_ragged.py tests/loader
 test-asan: $(STAMP)
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)/pkg
 	CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \

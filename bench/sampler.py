@@ -16,7 +16,7 @@ from _steploader import bar_plot, interleaved, per_call, report, table
 from loaderx._sampler import Sampler as LoaderxSampler
 
 from chute import Sampler, WeightedSampler
-from chute.sampler import SamplerMode
+from chute.loader import SamplerMode
 
 LENGTH = 1 << 20
 BATCHES = (256, 1024, 8192)

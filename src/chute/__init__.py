@@ -7,8 +7,15 @@
 (2, 3, 8, 8)
 """
 
-from chute.dataset import Dataset, write_dataset
-from chute.datasets import append_dataset, append_ragged
+from chute.datasets import (
+    Dataset,
+    RaggedDataset,
+    append_dataset,
+    append_ragged,
+    pad,
+    write_dataset,
+    write_ragged,
+)
 from chute.errors import (
     ChecksumError,
     ChuteError,
@@ -25,9 +32,16 @@ from chute.errors import (
     StoreNotFoundError,
     UnsafeFileError,
 )
-from chute.loader import DataLoader, EvalPass, iterate, split
-from chute.ragged import RaggedDataset, pad, write_ragged
-from chute.sampler import Sampler, SamplerLike, StepSampler, WeightedSampler
+from chute.loader import (
+    DataLoader,
+    EvalPass,
+    Sampler,
+    SamplerLike,
+    StepSampler,
+    WeightedSampler,
+    iterate,
+    split,
+)
 from chute.store import Codec, RecordStore
 
 __all__ = [

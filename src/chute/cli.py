@@ -13,11 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from chute._schema import read_schema
 from chute._util.progress import Progress
-from chute.dataset import write_dataset
 from chute.datasets import _cli as sharded
-from chute.datasets import is_sharded
+from chute.datasets import is_sharded, write_dataset
+from chute.datasets._internal import read_schema
 from chute.errors import ChuteError
 from chute.store import RecordStore
 from chute.store._internal import CODEC_NAMES

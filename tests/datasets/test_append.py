@@ -67,7 +67,7 @@ _CHILD = textwrap.dedent(
     """
     import os, signal, sys
     import numpy as np
-    import chute, chute.datasets._write as w
+    import chute, chute.datasets._sharded_write as w
     from chute.store import RecordStore
 
     path, target, k, new = sys.argv[1], sys.argv[2], int(sys.argv[3]), np.load(sys.argv[4])

@@ -275,7 +275,7 @@ def test_a_forked_child_gathers_across_shards(sharded: Path) -> None:
 def test_workers_map_a_memory_mapped_npy_by_name(tmp_path: Path) -> None:
     import pickle
 
-    from chute.datasets._write import Rows
+    from chute.datasets._sharded_write import Rows
 
     src = np.random.default_rng(3).integers(0, 255, (300, 16, 16), dtype=np.uint8)
     np.save(tmp_path / "x.npy", src)

@@ -1,5 +1,6 @@
-"""The typed face of chute's compiled core. Only `chute.store`, `chute.sampler` and the in-place
-loader's slab pool (`chute.insitu._shared`, for CRC-32C) import it."""
+"""The typed face of chute's compiled core. Only `chute.store`, the samplers
+(`chute.loader._sampler`) and the in-place loader's slab pool (`chute.insitu._shared`, for
+CRC-32C) import it."""
 
 from chute._native import _zrecord as codes  # GE_* gather error codes, MAX_RECORD
 from chute._native._sampler import fill

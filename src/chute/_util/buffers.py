@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from chute._util.tree import tree_map
+
 __all__ = ["Allocate", "BatchBuffers"]
 
 Allocate = Callable[[int], npt.NDArray[np.uint8]]
@@ -111,7 +113,6 @@ class BatchBuffers:
     def adopt(self, tree: Any) -> Any:
         """``tree`` with every numpy array not already in this ring's memory copied into it
         (arrays of Python objects pass through), so that all of a batch is in ring memory."""
-        from chute.frameworks._tree import tree_map  # here: frameworks imports this module
 
         def leaf(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
             if array.dtype.hasobject or self.owns(array):

@@ -1,18 +1,39 @@
-"""Sharded datasets: many stores and a manifest (``dataset.json``) read and written as one.
+"""The typed record layer: datasets of fixed-shape or variable-length records over the store.
 
-`chute.Dataset` and `chute.RaggedDataset` open a sharded dataset exactly as they open one
-store; `chute.write_dataset` and `chute.write_ragged` write one with ``shard_records=``.
+One store (`chute.store.RecordStore`) or a sharded dataset (many stores and a manifest,
+``dataset.json``, read and written as one) holds the bytes; `Dataset` and `RaggedDataset`
+read either the same way; `write_dataset` / `write_ragged` write one store, or shards with
+``shard_records=``; `append_dataset` / `append_ragged` grow a sharded dataset.
+
+Inside, the modules import downwards only: ``_schema`` (schema.json) and ``_index`` (the
+index normaliser); ``_one_store`` (writing one store); ``_sharded_manifest``,
+``_sharded_store``, ``_sharded_write``; ``_view`` (what both dataset kinds share);
+``_fixed`` and ``_ragged`` (the two views); ``_writers`` (the public writers) on top.
+
+>>> import tempfile, numpy as np
+>>> from chute.datasets import Dataset, write_dataset
+>>> ds = write_dataset(tempfile.mkdtemp() + "/d", np.arange(10).reshape(5, 2), shard_records=2)
+>>> len(ds), len(ds.store.manifest.shards)
+(5, 3)
 """
 
-from chute.datasets._append import append_dataset, append_ragged
-from chute.datasets._manifest import Manifest, is_sharded, read_manifest
-from chute.datasets._store import ShardedStore
+from chute.datasets._fixed import Dataset
+from chute.datasets._ragged import Packed, RaggedDataset, pad
+from chute.datasets._sharded_manifest import Manifest, is_sharded, read_manifest
+from chute.datasets._sharded_store import ShardedStore
+from chute.datasets._writers import append_dataset, append_ragged, write_dataset, write_ragged
 
 __all__ = [
+    "Dataset",
     "Manifest",
+    "Packed",
+    "RaggedDataset",
     "ShardedStore",
     "append_dataset",
     "append_ragged",
     "is_sharded",
+    "pad",
     "read_manifest",
+    "write_dataset",
+    "write_ragged",
 ]

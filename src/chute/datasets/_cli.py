@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from chute._util.progress import Progress
-from chute.datasets._manifest import read_manifest
-from chute.datasets._store import ShardedStore
-from chute.datasets._write import recover, writer_lock
+from chute.datasets._sharded_manifest import read_manifest
+from chute.datasets._sharded_store import ShardedStore
+from chute.datasets._sharded_write import recover, writer_lock
 from chute.errors import ChuteError
 from chute.store import RecordStore
 

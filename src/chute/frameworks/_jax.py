@@ -17,8 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.buffers import Allocate, plain
+from chute._util.tree import leaves, native_copy, tree_map
 from chute.errors import NarrowingError
-from chute.frameworks._tree import leaves, native_copy, tree_map
 
 __all__ = ["JaxMover", "to_jax"]
 

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.buffers import Allocate, plain
-from chute.frameworks._tree import leaves, native_copy, tree_map
+from chute._util.tree import leaves, native_copy, tree_map
 
 __all__ = ["TorchMover", "to_torch"]
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chute.sampler import Sampler
+from chute.loader import Sampler
 
 from ._split import chunk_samples
 

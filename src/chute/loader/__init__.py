@@ -1,8 +1,23 @@
-"""The step loader: endless batches keyed by step, finite evaluation passes, subsets."""
+"""The step loader: samplers (a batch's positions as a pure function of seed and step), endless
+batches keyed by step, finite evaluation passes, subsets."""
 
 from chute.loader._evaluate import EvalPass, Last, iterate
 from chute.loader._loader import DataLoader
+from chute.loader._sampler import Sampler, SamplerLike, SamplerMode, StepSampler, WeightedSampler
 from chute.loader._streams import Batch, Stream
 from chute.loader._subset import split
 
-__all__ = ["Batch", "DataLoader", "EvalPass", "Last", "Stream", "iterate", "split"]
+__all__ = [
+    "Batch",
+    "DataLoader",
+    "EvalPass",
+    "Last",
+    "Sampler",
+    "SamplerLike",
+    "SamplerMode",
+    "StepSampler",
+    "Stream",
+    "WeightedSampler",
+    "iterate",
+    "split",
+]

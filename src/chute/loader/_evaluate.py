@@ -11,9 +11,9 @@ import numpy.typing as npt
 
 from chute._util.process_slice import SliceSpec, resolve_slice
 from chute.loader._pipeline import Pipeline
+from chute.loader._sampler import _check_u64
 from chute.loader._streams import Batch, Stream, as_streams, check_streams
 from chute.loader._subset import IndexSet
-from chute.sampler import _check_u64
 
 Last = Literal["partial", "pad"]
 """The final batch of a pass: ``"partial"`` (shorter) or ``"pad"`` (full, with a mask)."""

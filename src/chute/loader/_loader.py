@@ -13,9 +13,9 @@ from chute.errors import SamplerError
 from chute.loader._evaluate import EvalPass, Last
 from chute.loader._pipeline import Pipeline
 from chute.loader._renamed import translate
+from chute.loader._sampler import _U64, Sampler, SamplerLike, SamplerMode, _check_u64
 from chute.loader._streams import Batch, Stream, as_streams, check_streams
 from chute.loader._subset import IndexSet
-from chute.sampler import _U64, Sampler, SamplerLike, SamplerMode, _check_u64
 
 _DEFAULT_BATCH = 256
 STEP_END = _U64 - 1

@@ -22,9 +22,9 @@ from chute._util.buffers import BatchBuffers
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
 from chute.errors import LoaderTimeoutError
+from chute.loader._sampler import _check_u64
 from chute.loader._streams import Batch, GathersInto, Stream
 from chute.loader._workers import CLOSE_WAIT, Workers
-from chute.sampler import _check_u64
 
 #: The most batches a loader builds ahead. A few keep the workers busy; past that, more only
 #: hold memory (every batch ahead is a whole batch in RAM) and delay the first one.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from chute.sampler import mode_from_code
+from chute.loader._sampler import mode_from_code
 
 #: loaderx 0.7.3 name -> chute name.
 RENAMED = {"num_workers": "num_threads", "prefetch_size": "prefetch", "mode": "sampler"}

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chute.sampler import Sampler
+from chute.loader._sampler import Sampler
 
 
 class IndexSet:

@@ -17,13 +17,11 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from chute.dataset import Dataset
-from chute.datasets import is_sharded
-from chute.datasets._write import check_sharding, clear, writer_lock
+from chute.datasets import Dataset, RaggedDataset, is_sharded
+from chute.datasets._internal import check_sharding, clear, writer_lock
 from chute.errors import ColumnTypeError
-from chute.ragged import RaggedDataset
 from chute.ray._layout import COLUMNS_FILE, LOCK_FILE, STAGING, conversion_lock, open_columns
-from chute.store._format import parse_codec
+from chute.store._internal import parse_codec
 
 __all__ = ["ColumnTypeError", "open_columns", "read_dataset", "write_dataset"]
 

@@ -28,15 +28,14 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.fs import lock_exclusive, write_file_atomic
-from chute.dataset import Dataset
-from chute.datasets._manifest import checksum_of
+from chute.datasets import Dataset, RaggedDataset
+from chute.datasets._internal import checksum_of
 from chute.errors import (
     ColumnTypeError,
     CorruptStoreError,
     IncompleteDatasetError,
     StoreNotFoundError,
 )
-from chute.ragged import RaggedDataset
 
 COLUMNS_FILE: Final = "columns.json"
 #: Held (flock) by the driver for a whole conversion into the folder; never removed.

@@ -22,12 +22,9 @@ import numpy.typing as npt
 from ray.data import Datasink
 from ray.data.block import Block, BlockAccessor
 
-from chute._schema import read_schema
-from chute.dataset import write_dataset
-from chute.datasets._manifest import Manifest, shard_name, write_manifest
-from chute.datasets._write import writer_lock
+from chute.datasets import write_dataset, write_ragged
+from chute.datasets._internal import Manifest, read_schema, shard_name, write_manifest, writer_lock
 from chute.errors import ColumnTypeError
-from chute.ragged import write_ragged
 from chute.ray._layout import STAGING, check_column_name, check_column_types, write_columns
 
 # A column's rows: one array (fixed shape), or a list of row arrays (ragged).

@@ -18,7 +18,7 @@ import numpy.typing as npt
 from ray.data.block import Block, BlockAccessor, BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from chute.dataset import Dataset
+from chute.datasets import Dataset
 from chute.ray._layout import open_columns, read_columns
 
 #: The decoded size a read task aims for in each block it yields.

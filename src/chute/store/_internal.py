@@ -1,5 +1,5 @@
-"""What the layers above the store (`chute.dataset`, `chute.ragged`, `chute._schema`,
-`chute.cli`) use of its internals, published in one place.
+"""What the layers above the store (`chute.datasets`, `chute.ray`, `chute.cli`) use of its
+internals, published in one place.
 
 Those modules import from here and nowhere else inside `chute.store`, so the store's private
 modules (`_format`, `_codec`, `_io` ...) can change without reaching through them:

@@ -9,19 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from chute._util.safe_open import read_regular
-from chute.errors import (
-    CorruptStoreError,
-    SchemaMismatchError,
-    StoreKindError,
-    StoreNotFoundError,
-)
-from chute.store import Codec, RecordStore
-from chute.store._internal import SCHEMA_FILE, codec_name, parse_codec, write_file_atomic
+from chute.errors import CorruptStoreError, StoreNotFoundError
+from chute.store._internal import SCHEMA_FILE, write_file_atomic
 
 SCHEMA_FORMAT = "loaderx-zrecord"
 SCHEMA_VERSION = 1
@@ -88,67 +82,3 @@ def check_plain_dtype(dtype: np.dtype[Any]) -> None:
         raise TypeError(
             f"dtype {dtype} holds Python objects or pointers; only plain dtypes can be stored"
         )
-
-
-WriteMode = Literal["w", "a"]
-"""``"w"`` writes a new store (an existing one only with ``overwrite=True``); ``"a"`` appends."""
-
-_KEYS = ("ragged", "dtype", "shape", "item_shape")
-
-
-def _describe(doc: dict[str, Any]) -> str:
-    shape = doc.get("item_shape", doc.get("shape", ()))
-    kind = "variable-length " if doc.get("ragged") else ""
-    return f"{kind}{np.dtype(doc['dtype'])} records of shape {tuple(shape)}"
-
-
-def open_for_writing(
-    path: Path,
-    fields: dict[str, Any],
-    *,
-    mode: WriteMode,
-    overwrite: bool,
-    codec: str | None,
-    level: int | None,
-) -> tuple[RecordStore, Codec]:
-    """The store at ``path`` open for appending records described by ``fields``, and its codec.
-
-    A new store gets ``fields`` (and the codec) as its schema.json. With ``mode="a"`` an
-    existing store must have the same kind, dtype and record shape, and keeps its codec.
-    """
-    if mode not in ("w", "a"):
-        raise ValueError(f"mode must be 'w' (write a new store) or 'a' (append), got {mode!r}")
-    if mode == "a" and overwrite:
-        raise ValueError("overwrite=True replaces the store and mode='a' appends to it: pick one")
-    fresh = not path.exists() or (path.is_dir() and not any(path.iterdir()))
-    if mode == "a" and not fresh:
-        existing = read_schema(path)
-        ours = {**fields, "dtype": np.dtype(fields["dtype"])}
-        if bool(existing.get("ragged")) != bool(fields.get("ragged")):
-            opener = "write_ragged" if existing.get("ragged") else "write_dataset"
-            raise StoreKindError(f"{path} holds {_describe(existing)}: append with {opener}")
-        if any(existing.get(k) != (tuple(v) if isinstance(v, list) else v)
-               for k, v in ours.items() if k in _KEYS):  # fmt: skip
-            raise SchemaMismatchError(
-                f"{path} holds {_describe(existing)}; cannot append {_describe(fields)}"
-            )
-        stored = str(existing.get("codec", "zstd"))
-        if codec is not None and codec_name(parse_codec(codec)) != stored:
-            raise ValueError(
-                f"{path} is written with codec {stored!r}; appending keeps it (leave codec= out)"
-            )
-        c = parse_codec(stored)
-        return RecordStore(path, mode="a", codec=c, level=level), c
-    if not fresh and not overwrite:
-        raise FileExistsError(
-            f"{path} exists and is not empty; pass mode='a' to append to it or overwrite=True "
-            "to replace it"
-        )
-    c = parse_codec("zstd" if codec is None else codec)
-    store = RecordStore(path, mode="w", codec=c, level=level)
-    try:
-        write_schema(path, {**fields, "codec": codec_name(c)})
-    except BaseException:
-        store.close()
-        raise
-    return store, c

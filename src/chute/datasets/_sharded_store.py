@@ -19,12 +19,12 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from chute._schema import read_schema
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
 from chute._util.safe_open import inside
 from chute._util.waiting import wait_all
-from chute.datasets._manifest import Manifest, read_manifest
+from chute.datasets._schema import read_schema
+from chute.datasets._sharded_manifest import Manifest, read_manifest
 from chute.errors import CorruptStoreError, StoreChangedError, StoreClosedError
 from chute.store import RecordStore
 from chute.store._files import StoreFiles

@@ -39,9 +39,9 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from chute._schema import parse_schema
 from chute._util.fs import write_file_atomic
 from chute._util.safe_open import read_regular
+from chute.datasets._schema import parse_schema
 from chute.errors import (
     CorruptStoreError,
     IncompleteDatasetError,

@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chute._schema import read_schema
 from chute._util.fs import fsync_dir, lock_exclusive
-from chute.datasets._manifest import (
+from chute.datasets._one_store import write_records, write_rows
+from chute.datasets._schema import read_schema
+from chute.datasets._sharded_manifest import (
     LOCK_FILE,
     MANIFEST_FILE,
     Manifest,
@@ -148,17 +149,12 @@ def _fsync_tree(path: Path) -> None:
 def _write_shard(kind: str, part: Path, payload: Any, options: Options) -> int:
     """Write one complete shard (a plain store with its schema.json and checksum sidecar),
     durably; returns its record count. Runs in a worker process or inline."""
-    # Imported here: the dataset modules import this package for their sharded paths.
     if kind == "fixed":
-        from chute.dataset import write_dataset
-
-        ds: Any = write_dataset(part, payload, progress=False, **options)
+        n = write_rows(part, payload, **options)
     else:
-        from chute.ragged import write_ragged
-
-        ds = write_ragged(part, payload, **options)
-    n = len(ds)
-    ds.close()
+        options = dict(options)
+        dtype, item_shape = np.dtype(options.pop("dtype")), tuple(options.pop("item_shape"))
+        n = write_records(part, payload, dtype, item_shape, **options)
     _fsync_tree(part)
     return n
 

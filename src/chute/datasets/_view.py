@@ -8,38 +8,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
-from chute._schema import read_schema
 from chute._util.closing import Closing
-from chute.datasets import ShardedStore, is_sharded
-from chute.errors import RecordIndexError, StoreKindError
+from chute.datasets._schema import read_schema
+from chute.datasets._sharded_manifest import is_sharded
+from chute.datasets._sharded_store import ShardedStore
+from chute.errors import StoreKindError
 from chute.store import RecordStore
-
-
-def index_bounds(flat: npt.NDArray[Any]) -> tuple[int, int]:
-    """The smallest and largest of a non-empty flat index array."""
-    if flat.size == 1:  # a single record: plain ints, no reductions (the batch-1 read path)
-        lo = int(flat[0])
-        return lo, lo
-    return int(flat.min()), int(flat.max())
-
-
-def check_indices(
-    idx: npt.NDArray[Any], n: int, bounds: tuple[int, int] | None = None
-) -> npt.NDArray[np.int64]:
-    """Integer indices as flat int64, negatives counted from the end (as numpy does);
-    ``bounds`` is their `index_bounds` where the caller has it already."""
-    flat = idx.reshape(-1)
-    if not flat.size:
-        return flat.astype(np.int64)
-    lo, hi = index_bounds(flat) if bounds is None else bounds
-    if lo < -n or hi >= n:
-        bad = flat[(flat < -n) | (flat >= n)][0]
-        raise RecordIndexError(f"index {int(bad)} is out of range for a dataset of {n} records")
-    if lo >= 0:
-        return flat if flat.dtype == np.int64 else flat.astype(np.int64)
-    return np.where(flat < 0, flat + n, flat).astype(np.int64)
 
 
 def _reopen(cls: type[StoreView], path: str, verify: bool, threads: int | None) -> StoreView:

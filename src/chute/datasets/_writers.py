@@ -1,0 +1,383 @@
+"""The public writers of the typed layer: `write_dataset`, `write_ragged` (one store, or a
+sharded dataset with ``shard_records``) and `append_dataset`, `append_ragged` (to a sharded
+dataset). They check their arguments, pick the path (`write_sharded` or one store through
+`chute.datasets._one_store`) and return the dataset opened; nothing below them calls back up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from itertools import chain, islice
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+import numpy.typing as npt
+
+from chute._util.progress import Progress
+from chute.datasets._fixed import Dataset
+from chute.datasets._one_store import (
+    BYTES,
+    WriteMode,
+    append_records,
+    checked_records,
+    describe_rows,
+    rows_as_bytes,
+    within_cap,
+    write_records,
+    write_rows,
+)
+from chute.datasets._ragged import RaggedDataset
+from chute.datasets._schema import check_plain_dtype
+from chute.datasets._sharded_manifest import is_sharded, read_manifest
+from chute.datasets._sharded_write import (
+    Rows,
+    append_shards,
+    check_appendable,
+    check_sharding,
+    clear,
+    fixed_payloads,
+    occupied,
+    ragged_payloads,
+    replacing_shards,
+    write_shards,
+    writer_lock,
+)
+from chute.errors import StoreError
+from chute.store import Codec, RecordStore
+from chute.store._internal import codec_name, parse_codec
+
+__all__ = ["append_dataset", "append_ragged", "write_dataset", "write_ragged"]
+
+#: Rows are read and appended to the last shard this many bytes at a time.
+_STEP_BYTES = 64 << 20
+
+
+BytesRecords = Sequence[bytes | bytearray | memoryview]
+"""A list (or tuple) of byte strings: `write_dataset` stores them as variable-length records."""
+
+
+@overload
+def write_dataset(
+    path: str | os.PathLike[str],
+    array: BytesRecords,
+    codec: str | None = None,
+    chunk_bytes: int = 64 << 20,
+    dict_size: int | None = None,
+    *,
+    mode: WriteMode = "w",
+    level: int | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    shard_records: int | None = None,
+    workers: int | None = None,
+) -> RaggedDataset: ...
+@overload
+def write_dataset(
+    path: str | os.PathLike[str],
+    array: Any,
+    codec: str | None = None,
+    chunk_bytes: int = 64 << 20,
+    dict_size: int | None = None,
+    *,
+    mode: WriteMode = "w",
+    level: int | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    shard_records: int | None = None,
+    workers: int | None = None,
+) -> Dataset: ...
+def write_dataset(
+    path: str | os.PathLike[str],
+    array: Any,
+    codec: str | None = None,
+    chunk_bytes: int = 64 << 20,
+    dict_size: int | None = None,
+    *,
+    mode: WriteMode = "w",
+    level: int | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    shard_records: int | None = None,
+    workers: int | None = None,
+) -> Dataset | RaggedDataset:
+    r"""Write ``array`` as one record per slice along axis 0 and return it opened.
+
+    ``array`` is anything with ``shape``, ``dtype`` and slicing (a memory-mapped ``.npy``,
+    an h5py or zarr array); it is read ``chunk_bytes`` at a time, never whole. A 1-D array
+    becomes a dataset of scalars. ``codec`` is ``"zstd"`` (level 3), ``"raw"`` or
+    ``"zstd_dict"`` (a dictionary of at most ``dict_size`` bytes trained on a spread of rows,
+    then level 19); the default is ``"zstd"``, or the store's own codec when appending.
+    ``progress`` shows a bar (in MiB, moving at least every second or so, dictionary
+    training included); by default only for writes over 256 MiB.
+
+    ``mode="w"`` writes a new store and refuses an existing one unless ``overwrite=True``;
+    ``mode="a"`` appends to an existing store (or creates it), after checking that the
+    array's dtype and row shape are the store's (`SchemaMismatchError` otherwise).
+
+    ``shard_records=N`` writes a sharded dataset (stores of N records each and a manifest,
+    see `chute.datasets`), ``workers`` shards at a time in a process pool; ``mode="a"``
+    on a sharded dataset appends to it (`chute.append_dataset`).
+
+    A list or tuple of ``bytes`` (``bytearray``, ``memoryview``) is stored byte for byte as
+    variable-length records (`write_ragged` of ``uint8`` records): the call returns a
+    `RaggedDataset`, where ``ds[i].tobytes()`` is record i and ``ds[indices]`` a packed
+    batch ``(values, row_splits)``. A fixed-width bytes array (numpy dtype ``S<n>``) is stored
+    only when passed as a numpy array, and then as numpy's NUL-padded type: every record is
+    n bytes, and numpy drops trailing NUL bytes when it reads one.
+
+    >>> import tempfile, numpy as np
+    >>> rows = np.arange(12, dtype=np.int16).reshape(4, 3)
+    >>> ds = write_dataset(tempfile.mkdtemp() + "/x.zr", rows)
+    >>> ds[1:3].tolist()
+    [[3, 4, 5], [6, 7, 8]]
+    >>> blobs = write_dataset(tempfile.mkdtemp() + "/b.zr", [b"ab\x00", b"c", b"\x00\x00"])
+    >>> [blobs[i].tobytes() for i in range(len(blobs))]
+    [b'ab\x00', b'c', b'\x00\x00']
+    """
+    if _is_bytes_records(array):
+        return write_ragged(
+            path, array, np.uint8, (),
+            codec, chunk_bytes, dict_size, mode=mode, level=level, overwrite=overwrite,
+            shard_records=shard_records, workers=workers, progress=progress,
+        )  # fmt: skip
+    path = Path(path)
+    array, _, _, _ = describe_rows(array)
+    check_sharding(shard_records, workers)
+    options: dict[str, Any] = {
+        "codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size, "level": level
+    }  # fmt: skip
+    if not write_sharded(
+        path, "fixed", array, mode=mode, overwrite=overwrite,
+        shard_records=shard_records, workers=workers, options=options,
+    ):  # fmt: skip
+        write_rows(
+            path, array, mode=mode, overwrite=overwrite, progress=progress,
+            guard=replacing_shards(path, overwrite=overwrite), **options,
+        )  # fmt: skip
+    return Dataset(path)
+
+
+def _is_bytes_records(array: Any) -> bool:
+    """A list or tuple of byte strings (which numpy would make a NUL-padded ``S`` array)."""
+    return (
+        isinstance(array, (list, tuple))
+        and len(array) > 0
+        and all(isinstance(item, BYTES) for item in array)
+    )
+
+
+def write_ragged(
+    path: str | os.PathLike[str],
+    arrays: Iterable[Any],
+    dtype: npt.DTypeLike | None = None,
+    item_shape: tuple[int, ...] | None = None,
+    codec: str | None = None,
+    chunk_bytes: int = 64 << 20,
+    dict_size: int | None = None,
+    *,
+    mode: WriteMode = "w",
+    level: int | None = None,
+    overwrite: bool = False,
+    shard_records: int | None = None,
+    workers: int | None = None,
+    progress: bool | None = None,
+) -> RaggedDataset:
+    """Write an iterable of variable-length arrays, one record each, and return it opened.
+
+    Every array is ``(rows, *item_shape)`` of one dtype; both are taken from the first array
+    unless given (a plain 1-D array is a sequence of scalar rows; ``bytes``, ``bytearray``
+    and ``memoryview`` records are ``uint8`` rows, stored byte for byte). Records are appended
+    ``chunk_bytes`` at a time, so a generator is never held whole. ``codec`` is ``"zstd"``,
+    ``"raw"`` or ``"zstd_dict"`` (the dictionary is trained on the first chunk's records);
+    the default is ``"zstd"``, or the store's own codec when appending. ``mode`` is as in
+    `write_dataset`: ``"a"`` appends records of the store's dtype and row shape.
+    ``shard_records=N`` writes a sharded dataset of N records per store, ``workers`` shards
+    at a time in a process pool (see `chute.datasets`); ``mode="a"`` on a sharded dataset
+    appends to it (`chute.append_ragged`).
+    ``progress`` shows a bar in MiB; by default once more than 256 MiB were written.
+
+    >>> import tempfile, numpy as np
+    >>> tokens = [np.array([5, 6, 7]), np.array([8]), np.array([9, 10])]
+    >>> ds = write_ragged(tempfile.mkdtemp() + "/tokens.zr", tokens, dtype=np.int32)
+    >>> len(ds), ds[0].tolist(), ds.dtype
+    (3, [5, 6, 7], dtype('int32'))
+    >>> ds.close()
+    """
+    path = Path(path)
+    want_dtype = None if dtype is None else np.dtype(dtype)
+    want_shape = None if item_shape is None else tuple(int(d) for d in item_shape)
+    check_sharding(shard_records, workers)
+    records = checked_records(arrays, want_dtype, want_shape)
+    first = next(records, None)
+    if first is None and (want_dtype is None or want_shape is None):
+        raise ValueError("no records to write, and no dtype and item_shape to describe them")
+    set_dtype = first[1] if first else want_dtype
+    set_shape = first[2] if first else want_shape
+    assert set_dtype is not None and set_shape is not None
+    check_plain_dtype(set_dtype)
+    options: dict[str, Any] = {
+        "codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size, "level": level
+    }  # fmt: skip
+    rest = within_cap(chain([first[0]] if first else [], (r for r, _, _ in records)))
+    if not write_sharded(
+        path, "ragged", rest, mode=mode, overwrite=overwrite, shard_records=shard_records,
+        workers=workers, options={**options, "dtype": set_dtype, "item_shape": set_shape},
+    ):  # fmt: skip
+        write_records(
+            path, rest, set_dtype, set_shape, mode=mode, overwrite=overwrite, progress=progress,
+            guard=replacing_shards(path, overwrite=overwrite), **options,
+        )  # fmt: skip
+    return RaggedDataset(path)
+
+
+def append_dataset(
+    path: str | os.PathLike[str], array: Any, *, workers: int | None = None
+) -> Dataset:
+    """Append rows to a sharded dataset and return it opened.
+
+    Rows fill the last shard up to the dataset's ``shard_records``, then go to new shards
+    (``workers`` processes at once); the manifest is rewritten last, so a crash at any point
+    leaves the dataset as it was before the call, and the next append cleans up after it.
+
+    >>> import tempfile, numpy as np, chute
+    >>> path = tempfile.mkdtemp() + "/d"
+    >>> _ = chute.write_dataset(path, np.zeros((3, 2), np.int8), shard_records=4)
+    >>> ds = chute.append_dataset(path, np.ones((3, 2), np.int8))
+    >>> len(ds), ds.store.manifest.shards
+    (6, (('part-00000.zr', 4), ('part-00001.zr', 2)))
+    """
+    # Imported here: chute.datasets._fixed imports this package for its sharded paths.
+    from chute.datasets._fixed import Dataset
+
+    path = Path(path)
+    manifest = check_appendable(path, ragged=False)
+    schema = manifest.schema
+    dtype, item_shape = schema["dtype"], tuple(schema.get("shape", ()))
+    if not hasattr(array, "shape") or not hasattr(array, "dtype"):
+        array = np.asarray(array)
+    if len(array.shape) == 0 or tuple(array.shape[1:]) != item_shape:
+        raise ValueError(
+            f"rows of shape {tuple(array.shape[1:])} do not match the dataset's {item_shape}"
+        )
+    if not np.can_cast(array.dtype, dtype, "same_kind"):
+        raise TypeError(f"rows of dtype {array.dtype} cannot join a dataset of {dtype}")
+    rows = Rows(array, 0, int(array.shape[0]), dtype)
+
+    def fill(store: RecordStore, room: int) -> int:
+        take = min(room, len(rows))
+        step = max(1, _STEP_BYTES // max(1, dtype.itemsize * int(np.prod(item_shape))))
+        for start in range(0, take, step):
+            part = rows[start : min(start + step, take)]
+            if _codec(schema) is Codec.ZSTD_DICT and not store.has_dict:
+                store.train_dict(rows_as_bytes(part, len(part)))
+            store.append(rows_as_bytes(part, len(part)))
+        return int(take)
+
+    def rest(added: int) -> Iterable[Any]:
+        return fixed_payloads(array, manifest.shard_records, start=added, dtype=dtype)
+
+    append_shards(path, "fixed", fill, rest, workers=workers)
+    return Dataset(path)
+
+
+def append_ragged(
+    path: str | os.PathLike[str], arrays: Iterable[Any], *, workers: int | None = None
+) -> RaggedDataset:
+    """Append variable-length records to a sharded ragged dataset, in `append_dataset`'s order.
+
+    >>> import tempfile, numpy as np, chute
+    >>> path = tempfile.mkdtemp() + "/r"
+    >>> _ = chute.write_ragged(path, [np.arange(2)], shard_records=2)
+    >>> ds = chute.append_ragged(path, [np.arange(3), np.arange(1)])
+    >>> len(ds), ds[2].tolist()
+    (3, [0])
+    """
+    path = Path(path)
+    manifest = check_appendable(path, ragged=True)
+    schema = manifest.schema
+    checked = checked_records(arrays, schema["dtype"], tuple(schema["item_shape"]))
+    records = within_cap(record for record, _, _ in checked)
+
+    def fill(store: RecordStore, room: int) -> int:
+        with Progress(None, f"append {path.name}", show=False) as bar:
+            return append_records(store, list(islice(records, room)), _codec(schema), None, bar)
+
+    def rest(added: int) -> Iterable[Any]:
+        return ragged_payloads(records, manifest.shard_records, lazy=workers in (None, 1))
+
+    append_shards(path, "ragged", fill, rest, workers=workers)
+    return RaggedDataset(path)
+
+
+def _codec(schema: dict[str, Any]) -> Codec:
+    return parse_codec(str(schema.get("codec", "zstd")))
+
+
+def write_sharded(
+    path: Path,
+    kind: str,
+    source: Any,
+    *,
+    mode: str,
+    overwrite: bool,
+    shard_records: int | None,
+    workers: int | None,
+    options: dict[str, Any],
+) -> bool:
+    """The sharded path of `write_dataset` / `write_ragged`; False where the write is of a
+    single store, which the caller then makes (inside `replacing_shards`, which removes a
+    sharded dataset that ``overwrite=True`` replaces). ``mode="a"`` on a sharded dataset appends
+    (`append_dataset` / `append_ragged`); with ``shard_records``, shards of that many
+    records are written anew (``source`` is the array, or the checked records)."""
+    if mode not in ("w", "a"):
+        raise ValueError(f"mode must be 'w' (write a new store) or 'a' (append), got {mode!r}")
+    if mode == "a" and overwrite:
+        raise ValueError("overwrite=True replaces the dataset and mode='a' appends to it: pick one")
+    sharded = is_sharded(path)
+    if mode == "a" and sharded:
+        manifest = read_manifest(path)
+        if shard_records is not None and shard_records != manifest.shard_records:
+            raise ValueError(
+                f"{path} has shard_records={manifest.shard_records}; appending keeps it"
+            )
+        stored, codec = str(manifest.schema.get("codec", "zstd")), options.get("codec")
+        if codec is not None and codec_name(parse_codec(codec)) != stored:
+            raise ValueError(
+                f"{path} is written with codec {stored!r}; appending keeps it (leave codec= out)"
+            )
+        append = append_dataset if kind == "fixed" else append_ragged
+        append(path, source, workers=workers).close()
+        return True
+    if shard_records is None:
+        return False
+    _refuse_occupied(path, mode, overwrite)
+    options = {**options, "codec": options.get("codec") or "zstd"}
+    if kind == "fixed":
+        payloads: Iterable[Any] = fixed_payloads(source, shard_records)
+        empty: Any = np.asarray(source[:0])
+    else:
+        payloads = ragged_payloads(source, shard_records, lazy=workers in (None, 1))
+        empty = []
+    path.mkdir(parents=True, exist_ok=True)
+    with writer_lock(path):  # taken before anything is removed
+        _refuse_occupied(path, mode, overwrite)  # again: another writer may have finished
+        clear(path)
+        write_shards(
+            path, kind, payloads, empty,
+            shard_records=shard_records, workers=workers, options=options,
+        )  # fmt: skip
+    return True
+
+
+def _refuse_occupied(path: Path, mode: str, overwrite: bool) -> None:
+    if not occupied(path):
+        return
+    if mode == "a":
+        raise StoreError(f"{path} holds a single store, not shards: append without shards")
+    if not overwrite:
+        raise FileExistsError(
+            f"{path} exists and is not empty; pass mode='a' to append to it or "
+            "overwrite=True to replace it"
+        )

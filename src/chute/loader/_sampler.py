@@ -1,0 +1,304 @@
+"""Index samplers of the step loader: the batch at step s is a pure function of (seed, s).
+
+`Sampler` draws in three built-in modes, `WeightedSampler` draws with a probability per
+index, and `StepSampler` is the base a custom sampler (class-balanced, curriculum ...) fills
+in. The loader accepts any object with the `SamplerLike` protocol.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from abc import ABC, abstractmethod
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from chute._native import fill as _fill
+
+__all__ = ["Sampler", "SamplerLike", "SamplerMode", "StepSampler", "WeightedSampler"]
+
+SamplerMode = Literal["sequential", "iid", "cyclic"]
+"""How a batch is drawn from ``[0, length)``."""
+
+_MODES: dict[str, int] = {"sequential": 0, "iid": 1, "cyclic": 2}
+_MODE_NAMES: dict[int, SamplerMode] = {0: "sequential", 1: "iid", 2: "cyclic"}
+_U64 = 1 << 64
+_UNIT_BITS = 53  # uniform doubles in [0, 1) carry 53 random bits
+_WEIGHTED_DOMAIN = 0x5765696768746564  # keeps weighted draws apart from iid draws of a seed
+
+
+def _check_u64(name: str, value: int, minimum: int = 0, end: int = _U64) -> int:
+    """``value`` as an int in ``[minimum, end)``, ``end`` being 2**64 or just below it (the
+    loader's last step); bool refused, numpy integers taken."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = int(value)
+    if not minimum <= value < end:
+        bound = "2**64" if end == _U64 else f"2**64 - {_U64 - end}"
+        raise ValueError(f"{name} must be in [{minimum}, {bound}), got {value}")
+    return value
+
+
+def mode_from_code(code: object, argument: str, stacklevel: int = 3) -> SamplerMode:
+    """loaderx's integer mode (0/1/2) as chute's mode name, with a DeprecationWarning."""
+    if isinstance(code, bool) or not isinstance(code, (int, np.integer)) or code not in _MODE_NAMES:
+        raise ValueError(
+            f"{argument}={code!r}: loaderx's mode codes are 0, 1 and 2; chute names them "
+            f"sampler='sequential', 'iid' or 'cyclic'"
+        )
+    name = _MODE_NAMES[int(code)]
+    warnings.warn(
+        f"{argument}={int(code)} is loaderx's mode code; chute spells it sampler={name!r}",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+    return name
+
+
+@runtime_checkable
+class SamplerLike(Protocol):
+    """What `DataLoader(sampler=...)` accepts: positions in ``[0, length)`` for any step.
+
+    ``indices(step, start, stop)`` must be a pure function of the sampler's configuration and
+    ``step`` (that is what makes resume exact and the stream independent of threads), and
+    return positions ``start:stop`` of the batch as a uint64 array. ``step`` and ``seek`` move
+    the sampler. An optional ``fingerprint()`` (a JSON-able value) goes into the loader's
+    state, so a resume with a different configuration is refused.
+
+    Any object with these members will do; it need not derive from anything:
+
+    >>> import numpy as np
+    >>> from chute import DataLoader
+    >>> class HardExamples:  # always the same two records
+    ...     length, batch_size, step = 10, 2, 0
+    ...     def seek(self, step): self.step = step
+    ...     def indices(self, step, start=0, stop=None):
+    ...         return np.array([7, 3], np.uint64)[start:stop]
+    >>> with DataLoader({"x": np.arange(10) * 10}, sampler=HardExamples()) as loader:
+    ...     next(loader)["x"].tolist(), loader.step
+    ([70, 30], 1)
+    """
+
+    @property
+    def length(self) -> int: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def step(self) -> int: ...
+
+    def seek(self, step: int) -> None: ...
+
+    def indices(
+        self, step: int, start: int = 0, stop: int | None = None
+    ) -> npt.NDArray[np.uint64]: ...
+
+
+class StepSampler(ABC):
+    """Base of a sampler whose batch at a step depends on nothing but the step.
+
+    A subclass implements `fill` (write positions ``start:start + len(out)`` of the batch at
+    ``step`` into ``out``); slicing, seeking and iteration come from here. The sampler is an
+    endless iterator starting at `step`.
+
+    >>> import numpy as np
+    >>> class Backwards(StepSampler):  # a sliding window from the end
+    ...     def fill(self, step, start, out):
+    ...         first = step * self.batch_size + start
+    ...         out[:] = (self.length - 1 - first - np.arange(len(out))) % self.length
+    >>> s = Backwards(length=5, batch_size=2)
+    >>> next(s).tolist(), next(s).tolist(), s.step
+    ([4, 3], [2, 1], 2)
+    >>> s.indices(2).tolist(), s.indices(2, start=1).tolist()  # any step, any slice
+    ([0, 4], [4])
+    """
+
+    length: int
+    batch_size: int
+    seed: int
+
+    def __init__(self, length: int, batch_size: int, seed: int = 0) -> None:
+        self.length = _check_u64("length", length, minimum=1)
+        self.batch_size = _check_u64("batch_size", batch_size, minimum=1)
+        self.seed = _check_u64("seed", seed)
+        self._step = 0
+
+    @abstractmethod
+    def fill(self, step: int, start: int, out: npt.NDArray[np.uint64]) -> None:
+        """Write positions ``start:start + len(out)`` of the batch at ``step`` into ``out``."""
+
+    def fingerprint(self) -> Any:
+        """A JSON-able summary of the configuration, compared on resume."""
+        return type(self).__qualname__
+
+    @property
+    def step(self) -> int:
+        """The step whose batch ``next()`` returns."""
+        return self._step
+
+    def seek(self, step: int) -> None:
+        """Make ``step`` the next step to draw; O(1), nothing is replayed."""
+        self._step = _check_u64("step", step)
+
+    def indices(self, step: int, start: int = 0, stop: int | None = None) -> npt.NDArray[np.uint64]:
+        """Positions ``start:stop`` of the batch at ``step`` (all of it by default).
+
+        A slice costs only its own length, which is how each host of a multi-host run draws
+        just its share of the global batch.
+        """
+        step = _check_u64("step", step)
+        end = self.batch_size if stop is None else stop
+        if not 0 <= start <= end <= self.batch_size:
+            raise ValueError(f"slice {start}:{end} is outside a batch of {self.batch_size}")
+        out = np.empty(end - start, dtype=np.uint64)
+        self.fill(step, start, out)
+        return out
+
+    def __iter__(self) -> StepSampler:
+        return self
+
+    def __next__(self) -> npt.NDArray[np.uint64]:
+        batch = self.indices(self._step)
+        self._step += 1
+        return batch
+
+
+class Sampler(StepSampler):
+    """Draws a batch of indices in ``[0, length)`` for any training step, in O(batch).
+
+    Modes:
+      - ``"sequential"``: a sliding window over the index space read as a circular queue.
+      - ``"iid"``: uniform with replacement, unbiased (Lemire's method with rejection).
+      - ``"cyclic"``: without replacement; each cycle of ``length // batch_size`` steps is a
+        fresh permutation of the whole space (a keyed Feistel network with cycle-walking, so no
+        O(length) memory). Every batch is full; the cycle's remainder is dropped, and differs
+        from cycle to cycle because the permutation does.
+
+    Nothing depends on earlier draws, so ``indices(step)`` and ``seek(step)`` cost the same for
+    step 10 and step 10**12.
+
+    >>> s = Sampler(10, 4, "sequential")
+    >>> s.indices(2).tolist()
+    [8, 9, 0, 1]
+    """
+
+    def __init__(
+        self, length: int, batch_size: int, mode: SamplerMode = "cyclic", seed: int = 0
+    ) -> None:
+        if not isinstance(mode, str):
+            mode = mode_from_code(mode, "mode")
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {get_args(SamplerMode)}, got {mode!r}")
+        super().__init__(length, batch_size, seed)
+        if mode == "cyclic" and self.batch_size > self.length:
+            raise ValueError(
+                f"a cyclic batch of {self.batch_size} cannot be drawn without replacement "
+                f"from {self.length} indices; draw with replacement (sampler='iid') or use "
+                "a smaller batch"
+            )
+        self.mode: SamplerMode = mode
+        self._code = _MODES[mode]
+
+    @property
+    def steps_per_cycle(self) -> int | None:
+        """Steps in one permutation (cyclic mode), or None for the modes without cycles."""
+        return self.length // self.batch_size if self._code == 2 else None
+
+    def fill(self, step: int, start: int, out: npt.NDArray[np.uint64]) -> None:
+        _fill(self._code, self.length, self.batch_size, self.seed, step, start, out)
+
+    def fingerprint(self) -> Any:
+        return self.mode
+
+    def __repr__(self) -> str:
+        return (
+            f"Sampler(length={self.length}, batch_size={self.batch_size}, "
+            f"mode={self.mode!r}, seed={self.seed}, step={self._step})"
+        )
+
+
+class WeightedSampler(StepSampler):
+    """Draws index i with probability ``weights[i] / sum(weights)``, with replacement.
+
+    Each draw is one counter-based uniform number (keyed by seed, step and position, from the
+    same generator as ``"iid"``) mapped through the cumulative weights by binary search, so a
+    batch costs O(batch * log(length)) and ``seek`` is O(1) as in every mode. An index of
+    weight 0 is never drawn. Class balancing is a weight per index:
+    ``weights = 1 / class_counts[labels]``.
+
+    >>> s = WeightedSampler([0.0, 1.0, 0.0, 3.0], batch_size=8, seed=1)
+    >>> sorted(set(s.indices(0).tolist())) in ([1, 3], [3])
+    True
+    """
+
+    def __init__(self, weights: npt.ArrayLike, batch_size: int, seed: int = 0) -> None:
+        w = np.asarray(weights)
+        if w.ndim != 1 or w.size == 0 or w.dtype.kind not in "iuf" or w.dtype == np.bool_:
+            raise ValueError(f"weights must be a non-empty 1-D array of numbers, got {w.dtype}")
+        super().__init__(w.size, batch_size, seed)
+        self._cdf, self._digest = _cumulative(w)
+        self._total = float(self._cdf[-1])
+        # the last index whose weight counts: a rounding that lands on the total picks it,
+        # never a zero weight after it
+        self._last = int(np.searchsorted(self._cdf, self._total, side="left"))
+        self._key = (self.seed ^ _WEIGHTED_DOMAIN) % _U64
+
+    @property
+    def probabilities(self) -> npt.NDArray[np.float64]:
+        """Each index's probability per draw."""
+        return np.diff(self._cdf, prepend=0.0) / self._total
+
+    def fill(self, step: int, start: int, out: npt.NDArray[np.uint64]) -> None:
+        bits = np.empty(len(out), np.uint64)
+        _fill(_MODES["iid"], 1 << _UNIT_BITS, self.batch_size, self._key, step, start, bits)
+        target = bits.astype(np.float64) * (self._total / (1 << _UNIT_BITS))
+        picks = np.searchsorted(self._cdf, target, side="right")
+        np.minimum(picks, self._last, out=picks)
+        out[:] = picks
+
+    def fingerprint(self) -> Any:
+        return {"kind": "weighted", "length": self.length, "weights": self._digest}
+
+    def __repr__(self) -> str:
+        return (
+            f"WeightedSampler(length={self.length}, batch_size={self.batch_size}, "
+            f"seed={self.seed}, weights={self._digest}, step={self._step})"
+        )
+
+
+_CHUNK = 1 << 18  # weights converted at a time: bounds the temporaries, whatever the length
+
+
+def _cumulative(w: npt.NDArray[Any]) -> tuple[npt.NDArray[np.float64], str]:
+    """The cumulative weights, scaled by the power of two that puts the largest weight in
+    [0.5, 1), and the digest of the weights as float64.
+
+    Scaling by a power of two is exact, so the draws are those of the weights as given, yet
+    no sum can overflow (1e308 each) or lose every bit to underflow (subnormal weights). The
+    float64 array is the only allocation of the weights' length; the rest goes chunk by chunk.
+    """
+    cdf = np.empty(w.size, np.float64)
+    digest = hashlib.blake2b(digest_size=8)
+    top = 0.0
+    with np.errstate(over="ignore"):  # a longdouble past float64's range becomes inf: refused
+        for start in range(0, w.size, _CHUNK):
+            part = cdf[start : start + _CHUNK]
+            part[...] = w[start : start + _CHUNK]
+            if not np.isfinite(part).all() or (part < 0).any():
+                raise ValueError("weights must be finite and non-negative")
+            digest.update(part.data)
+            top = max(top, float(part.max()))
+    if top == 0:
+        raise ValueError("weights sum to 0: no index can be drawn")
+    shift = -int(np.frexp(top)[1])
+    total = 0.0
+    for start in range(0, w.size, _CHUNK):
+        part = cdf[start : start + _CHUNK]
+        np.ldexp(part, shift, out=part)
+        part[0] += total  # carried in first, so each sum is the one a single pass makes
+        np.cumsum(part, out=part)
+        total = float(part[-1])
+    return cdf, digest.hexdigest()
