@@ -20,6 +20,7 @@ import numpy as np
 from chute._buffers import Allocate, BatchBuffers
 from chute._closing import Closing
 from chute._sharding import Shard, resolve_shard
+from chute._state import check_state, make_state
 
 from ._aio import run_sync
 from ._geometry import ArrayGeometry, read_geometries, valid_anchor_range
@@ -30,7 +31,7 @@ from ._report import limiting_stage
 from ._scheduler import END, Engine, PassPlan
 from ._shared import SharedChunks
 from ._split import SplitManifest
-from ._state import STATE_VERSION, check_state, order_fields
+from ._state import LAYOUT, order_fields, snapshot_hint
 from ._store import CountingStore, StoreLike, open_store, session_of, store_name
 from ._transforms import Batch, BatchTransform, ChunkTransform
 from ._view import VIEWS, InSituConfig, PassIterator, SplitView, next_item
@@ -252,13 +253,11 @@ class InSituDataset(Closing):
 
     def state_dict(self) -> dict[str, Any]:
         """Where every view stands (batches consumed this epoch) and the configuration
-        that fixes the batch order, including the Icechunk snapshot read; JSON-serialisable."""
-        return {
-            "version": STATE_VERSION,
-            "epoch": self._epoch,
-            "positions": dict(self._positions),
-            "config": self._order_fields(),
-        }
+        that fixes the batch order, including the Icechunk snapshot read, and its
+        fingerprint; JSON-serialisable."""
+        return make_state(
+            LAYOUT, self._order_fields(), epoch=self._epoch, positions=dict(self._positions)
+        )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume: the next pass over each view continues after its consumed batches.
@@ -266,11 +265,12 @@ class InSituDataset(Closing):
         Refuses a state whose batch order would differ, naming each differing field with
         its saved and current value (manifest, seed, batch size, window, shuffle, shard,
         the chute epoch-order revision, or the Icechunk snapshot: a branch that moved on
-        since the state was saved would read other data).
+        since the state was saved would read other data): a
+        `chute.errors.StateMismatchError`.
         """
-        check_state(state, self._order_fields())
+        state = check_state(state, LAYOUT, self._order_fields(), hint=snapshot_hint)
         self._refuse_if_open("load_state_dict()")
-        epoch = state.get("epoch")
+        epoch = state["epoch"]
         if isinstance(epoch, bool) or not isinstance(epoch, int):
             raise ValueError(f"bad epoch {epoch!r} in the state")
         self.set_epoch(epoch)
