@@ -410,3 +410,27 @@ def test_every_resumable_object_is_a_resumable(archive: Path, torch: Any) -> Non
         assert all(isinstance(o, Resumable) for o in objects)
         for o in objects[:2] + objects[-2:-1]:
             o.close()
+
+
+def test_a_refused_state_moves_nothing(archive: Path, torch: Any) -> None:
+    """Not even where batches were read ahead (a device loader) or where the state is only
+    partly wrong (an insitu state with one bad position)."""
+    from chute.frameworks import to_device
+
+    make = _loader(batch_size=8, seed=3)
+    with make() as whole:
+        expected = take_next(whole, 6)
+    with to_device(make(), "cpu", depth=2) as dev:
+        got = take_next(dev, 3)
+        with pytest.raises(StateMismatchError, match="seed: saved 4, loader 3"):
+            dev.load_state_dict({**dev.state_dict(), "seed": 4})
+        assert dev.step == 3
+        got += take_next(dev, 3)
+    assert [b["x"].tolist() for b in got] == [b["x"].tolist() for b in expected]
+    with _insitu(archive)() as ds:
+        ds.set_epoch(1)
+        before = ds.state_dict()
+        bad = {**before, "epoch": 2, "positions": {"train": 1, "val": 10**6}}
+        with pytest.raises(ValueError, match="bad position"):
+            ds.load_state_dict(bad)
+        assert ds.state_dict() == before

@@ -108,7 +108,7 @@ def make_state(layout: StateLayout, config: Mapping[str, Any], **position: Any) 
 def _refuse(
     layout: StateLayout, why: str, differences: dict[str, tuple[Any, Any]] | None = None
 ) -> StateMismatchError:
-    return StateMismatchError(f"not a chute {layout.kind} state: {why}", differences or {})
+    return StateMismatchError(f"not a chute {layout.kind} state: {why}", differences)
 
 
 def check_state(

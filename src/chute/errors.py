@@ -559,6 +559,8 @@ class StateMismatchError(ChuteError, ValueError):
     {'seed': (1, 2)}
     """
 
-    def __init__(self, message: str, differences: dict[str, tuple[object, object]]) -> None:
+    def __init__(
+        self, message: str, differences: dict[str, tuple[object, object]] | None = None
+    ) -> None:
         super().__init__(message)
-        self.differences = differences
+        self.differences = {} if differences is None else differences

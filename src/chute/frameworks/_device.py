@@ -252,11 +252,16 @@ class DeviceLoader(Closing):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue at the state's step: the copies in flight are waited for and dropped,
         then the loader checks the state (`chute.errors.StateMismatchError` for a foreign
-        one) and moves there."""
+        one) and moves there; a refused state leaves it at its step."""
+        at = self.step
         try:
             self._pipe.drain()
         finally:
-            self.loader.load_state_dict(state)
+            try:
+                self.loader.load_state_dict(state)
+            except BaseException:
+                self.loader.seek(at)  # the loader had run ahead of the consumer
+                raise
 
     def close(self) -> None:
         """Wait for the copies in flight, then close the loader."""

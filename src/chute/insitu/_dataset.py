@@ -273,16 +273,21 @@ class InSituDataset(Closing):
         epoch = state["epoch"]
         if isinstance(epoch, bool) or not isinstance(epoch, int):
             raise ValueError(f"bad epoch {epoch!r} in the state")
+        before = self._epoch, self._positions
         self.set_epoch(epoch)
-        for name, pos in dict(state.get("positions", {})).items():
-            if (
-                name not in self._positions
-                or isinstance(pos, bool)
-                or not isinstance(pos, int)
-                or not 0 <= pos <= self._plan(name).n_batches
-            ):
-                raise ValueError(f"bad position {pos!r} for view {name!r}")
-            self._positions[name] = pos
+        try:
+            for name, pos in dict(state.get("positions", {})).items():
+                if (
+                    name not in self._positions
+                    or isinstance(pos, bool)
+                    or not isinstance(pos, int)
+                    or not 0 <= pos <= self._plan(name).n_batches
+                ):
+                    raise ValueError(f"bad position {pos!r} for view {name!r}")
+                self._positions[name] = pos
+        except BaseException:
+            self._epoch, self._positions = before  # a refused state moves nothing
+            raise
 
     def _order_fields(self) -> dict[str, Any]:
         c = self.config
