@@ -28,6 +28,7 @@ __all__ = [
     "RunNotFoundError",
     "SamplerError",
     "SchemaMismatchError",
+    "StateMismatchError",
     "StepOrderError",
     "StoreChangedError",
     "StoreClosedError",
@@ -537,3 +538,29 @@ class LoaderInUseError(ChuteError, RuntimeError):
     ...         print(type(e).__name__)
     LoaderInUseError
     """
+
+
+class StateMismatchError(ChuteError, ValueError):
+    """A saved state (``state_dict()``) that the object loading it cannot resume from: not a
+    state of its kind or of a version it reads, or saved under another configuration (seed,
+    batch size, sampler, data ...). ``differences`` maps each differing field to its saved
+    and current value; nothing was moved.
+
+    >>> import numpy as np
+    >>> from chute import DataLoader
+    >>> from chute.errors import StateMismatchError
+    >>> with DataLoader({"x": np.arange(10)}, batch_size=2, seed=1) as loader:
+    ...     state = loader.state_dict()
+    >>> with DataLoader({"x": np.arange(10)}, batch_size=2, seed=2) as loader:
+    ...     try:
+    ...         loader.load_state_dict(state)
+    ...     except StateMismatchError as e:
+    ...         print(e.differences)
+    {'seed': (1, 2)}
+    """
+
+    def __init__(
+        self, message: str, differences: dict[str, tuple[object, object]] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.differences = {} if differences is None else differences

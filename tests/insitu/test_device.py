@@ -131,3 +131,32 @@ def test_a_dataset_itself_is_not_a_source(archive: Path) -> None:
         assert isinstance(ds, InSituDataset)
         with pytest.raises(TypeError, match=r"ds\.train"):
             to_device(ds, "cpu")
+
+
+def test_load_state_dict_mid_pass_drops_the_batches_copied_ahead(
+    archive: Path, reference: list[dict[str, np.ndarray]]
+) -> None:
+    from chute.errors import StateMismatchError
+
+    with dataset(archive, **KW) as ds:
+        view = to_device(ds.train, "cpu", depth=3)
+        it = iter(view)
+        got = [next(it) for _ in range(2)]
+        state = json.loads(json.dumps(view.state_dict()))
+        for _ in range(3):
+            next(it)  # read past the checkpoint, then go back to it
+        view.load_state_dict(state)
+        with pytest.raises(StopIteration):
+            next(it)  # the running pass was ended, its copies in flight dropped
+        assert ds.state_dict() == state
+        got += list(view)
+        foreign = {**state, "config": {**state["config"], "seed": 99}}
+        with pytest.raises(StateMismatchError, match="seed: saved 99, current 4"):
+            view.load_state_dict(foreign)
+    _same(got, reference)
+
+
+def test_a_plain_iterable_has_no_state_to_load() -> None:
+    view = to_device([{"x": np.arange(3)}], "cpu")
+    with pytest.raises(TypeError, match="no state to save or load"):
+        view.load_state_dict({})

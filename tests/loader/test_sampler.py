@@ -327,3 +327,30 @@ def test_batch_size_and_length_say_the_range_they_take() -> None:
         with pytest.raises(TypeError, match="batch_size must be an int"):
             Sampler(10, bad)  # type: ignore[arg-type]
     assert Sampler(10, np.int16(2)).batch_size == 2
+
+
+@pytest.mark.parametrize("mode", ["sequential", "iid", "cyclic"])
+def test_a_sampler_state_resumes_at_its_step_and_refuses_another_configuration(
+    mode: str,
+) -> None:
+    import json
+
+    from chute.errors import StateMismatchError
+
+    s = Sampler(100, 8, mode, seed=3)
+    s.seek(41)
+    state = json.loads(json.dumps(s.state_dict()))
+    assert state["step"] == 41 and state["seed"] == 3 and state["sampler"] == mode
+    fresh = Sampler(100, 8, mode, seed=3)
+    fresh.load_state_dict(state)
+    assert fresh.step == 41
+    np.testing.assert_array_equal(next(fresh), s.indices(41))
+    with pytest.raises(StateMismatchError, match="seed: saved 3, current 4") as info:
+        Sampler(100, 8, mode, seed=4).load_state_dict(state)
+    assert info.value.differences == {"seed": (3, 4)}
+    weighted = WeightedSampler(np.ones(100), 8, seed=3)
+    with pytest.raises(StateMismatchError, match="sampler: saved") as info:
+        weighted.load_state_dict(state)
+    assert set(info.value.differences) == {"sampler"}
+    with pytest.raises(TypeError, match="saved step must be an int"):
+        fresh.load_state_dict({**state, "step": 2.5})

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
@@ -250,10 +250,18 @@ class DeviceLoader(Closing):
         return {**self.loader.state_dict(), "step": self.step}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue at the state's step: the copies in flight are waited for and dropped,
+        then the loader checks the state (`chute.errors.StateMismatchError` for a foreign
+        one) and moves there; a refused state leaves it at its step."""
+        at = self.step
         try:
             self._pipe.drain()
         finally:
-            self.loader.load_state_dict(state)
+            try:
+                self.loader.load_state_dict(state)
+            except BaseException:
+                self.loader.seek(at)  # the loader had run ahead of the consumer
+                raise
 
     def close(self) -> None:
         """Wait for the copies in flight, then close the loader."""
@@ -274,8 +282,9 @@ class DeviceView:
 
     Each ``iter()`` runs one pass of the source, ``depth`` copies ahead. For an insitu view,
     ``state_dict`` is the dataset's with this view's position at the batches delivered (not
-    those in flight), so a resumed pass continues exactly after the last batch you got. An
-    error ends the pass, after the batches before it were delivered.
+    those in flight), so a resumed pass continues exactly after the last batch you got;
+    ``load_state_dict`` ends a pass still running (its copies dropped) and puts the dataset
+    there. An error ends the pass, after the batches before it were delivered.
 
     Any iterable of batches works; an insitu ``ds.train`` view also resumes.
 
@@ -292,6 +301,7 @@ class DeviceView:
         self.mover = mover
         self.depth = _check_depth(depth)
         self._delivered: int | None = None  # the view's position while a pass runs
+        self._running: weakref.ref[Generator[Any, None, None]] | None = None  # that pass
         dataset = getattr(source, "dataset", None)
         if dataset is not None and hasattr(dataset, "use_allocator"):
             dataset.use_allocator(mover.allocate, extra_batches=2 * depth + 1)
@@ -300,12 +310,14 @@ class DeviceView:
         return len(self.source)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Any]:
-        return self._pass()
+        running = self._pass()
+        self._running = weakref.ref(running)  # weak: a pass dropped by its consumer ends
+        return running
 
     def _position(self) -> int:
         return int(getattr(self.source, "position", 0))
 
-    def _pass(self) -> Iterator[Any]:
+    def _pass(self) -> Generator[Any, None, None]:
         pipe = _Pipeline(self.mover, self.depth)
         it = iter(self.source)
         self._delivered = self._position()
@@ -341,15 +353,32 @@ class DeviceView:
         if state["positions"].get(name) != position:
             dataset.load_state_dict({**state, "positions": {**state["positions"], name: position}})
 
+    def _dataset(self) -> tuple[Any, str]:
+        """The insitu dataset behind the source (which holds the state) and the view's name."""
+        dataset = getattr(self.source, "dataset", None)
+        name = getattr(self.source, "name", None)
+        if dataset is None or name is None:
+            raise TypeError(f"{type(self.source).__name__} has no state to save or load")
+        return dataset, name
+
     def state_dict(self) -> dict[str, Any]:
         """The insitu dataset's state, with this view at the batches delivered so far."""
-        dataset = getattr(self.source, "dataset", None)
-        if dataset is None or not hasattr(self.source, "name"):
-            raise TypeError(f"{type(self.source).__name__} has no state to save")
+        dataset, name = self._dataset()
         state: dict[str, Any] = dataset.state_dict()
         if self._delivered is not None:
-            state["positions"] = {**state["positions"], self.source.name: self._delivered}
+            state["positions"] = {**state["positions"], name: self._delivered}
         return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume the insitu dataset at ``state`` (this view's or the dataset's
+        ``state_dict()``; a foreign one is refused by the dataset's check). A pass of this
+        view still running is ended first: its copies in flight are waited for and dropped.
+        The next ``iter()`` continues at the saved position."""
+        dataset, _ = self._dataset()
+        running = None if self._running is None else self._running()
+        if running is not None:
+            running.close()
+        dataset.load_state_dict(state)
 
     def __repr__(self) -> str:
         return f"DeviceView({self.source!r}, depth={self.depth})"

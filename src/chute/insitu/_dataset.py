@@ -21,6 +21,7 @@ from chute._util.buffers import Allocate, BatchBuffers
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
 from chute._util.process_slice import SliceSpec, resolve_slice
+from chute._util.state import check_state, make_state
 
 from ._aio import run_sync
 from ._geometry import ArrayGeometry, read_geometries, valid_anchor_range
@@ -31,7 +32,7 @@ from ._report import limiting_stage
 from ._scheduler import END, Engine, PassPlan
 from ._shared import SharedChunks
 from ._split import SplitManifest
-from ._state import STATE_VERSION, check_state, order_fields
+from ._state import LAYOUT, order_fields, snapshot_hint
 from ._store import CountingStore, StoreLike, open_store, session_of, store_name
 from ._transforms import Batch, BatchTransform, ChunkTransform
 from ._view import VIEWS, InSituConfig, PassIterator, SplitView, next_item
@@ -249,13 +250,11 @@ class InSituDataset(Closing):
 
     def state_dict(self) -> dict[str, Any]:
         """Where every view stands (batches consumed this epoch) and the configuration
-        that fixes the batch order, including the Icechunk snapshot read; JSON-serialisable."""
-        return {
-            "version": STATE_VERSION,
-            "epoch": self._epoch,
-            "positions": dict(self._positions),
-            "config": self._order_fields(),
-        }
+        that fixes the batch order, including the Icechunk snapshot read, and its
+        fingerprint; JSON-serialisable."""
+        return make_state(
+            LAYOUT, self._order_fields(), epoch=self._epoch, positions=dict(self._positions)
+        )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume: the next pass over each view continues after its consumed batches.
@@ -263,23 +262,29 @@ class InSituDataset(Closing):
         Refuses a state whose batch order would differ, naming each differing field with
         its saved and current value (manifest, seed, batch size, window, shuffle, shard,
         the chute epoch-order revision, or the Icechunk snapshot: a branch that moved on
-        since the state was saved would read other data).
+        since the state was saved would read other data): a
+        `chute.errors.StateMismatchError`.
         """
-        check_state(state, self._order_fields())
+        state = check_state(state, LAYOUT, self._order_fields(), hint=snapshot_hint)
         self._refuse_if_open("load_state_dict()")
-        epoch = state.get("epoch")
+        epoch = state["epoch"]
         if isinstance(epoch, bool) or not isinstance(epoch, int):
             raise ValueError(f"bad epoch {epoch!r} in the state")
+        before = self._epoch, self._positions
         self.set_epoch(epoch)
-        for name, pos in dict(state.get("positions", {})).items():
-            if (
-                name not in self._positions
-                or isinstance(pos, bool)
-                or not isinstance(pos, int)
-                or not 0 <= pos <= self._plan(name).n_batches
-            ):
-                raise ValueError(f"bad position {pos!r} for view {name!r}")
-            self._positions[name] = pos
+        try:
+            for name, pos in dict(state.get("positions", {})).items():
+                if (
+                    name not in self._positions
+                    or isinstance(pos, bool)
+                    or not isinstance(pos, int)
+                    or not 0 <= pos <= self._plan(name).n_batches
+                ):
+                    raise ValueError(f"bad position {pos!r} for view {name!r}")
+                self._positions[name] = pos
+        except BaseException:
+            self._epoch, self._positions = before  # a refused state moves nothing
+            raise
 
     def _order_fields(self) -> dict[str, Any]:
         c = self.config

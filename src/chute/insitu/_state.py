@@ -1,14 +1,21 @@
-"""The resume state of an InSituDataset: what fixes its batch order, and the check on load."""
+"""The resume state of an InSituDataset: its layout, what fixes its batch order, and advice
+for a state of another Icechunk snapshot (checked by `chute._util.state.check_state`)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
-STATE_VERSION = 2
+from chute._util.state import StateLayout, fingerprint
+
 ORDER_REVISION = 3  # of the epoch order: states saved under another one do not resume
+LAYOUT = StateLayout(
+    "InSituDataset",
+    (2,),  # version 1 (before the Feistel order) ordered batches differently: refused
+    ("epoch",),
+    nested=True,
+    note="; states of other versions order batches differently",
+)
 
 
 def order_fields(
@@ -23,9 +30,8 @@ def order_fields(
     offsets: Mapping[str, int],
 ) -> dict[str, Any]:
     """Everything that fixes the batch order of every pass (JSON types only)."""
-    text = json.dumps(manifest, sort_keys=True)
     return {
-        "manifest": hashlib.sha256(text.encode()).hexdigest()[:16],
+        "manifest": fingerprint(manifest),
         "seed": seed,
         "batch_size": batch_size,
         "block_chunks": block_chunks,
@@ -37,26 +43,8 @@ def order_fields(
     }
 
 
-def check_state(state: Any, ours: Mapping[str, Any]) -> None:
-    """Refuse a state of another version or batch order, naming every differing field
-    with its saved and current value (and, for an Icechunk snapshot, how to reopen it)."""
-    if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
-        version = state.get("version") if isinstance(state, Mapping) else None
-        raise ValueError(
-            f"not an InSituDataset state of version {STATE_VERSION} (got version "
-            f"{version!r}; states of other versions order batches differently)"
-        )
-    saved = state.get("config")
-    saved = saved if isinstance(saved, Mapping) else {}
-    clashes = [
-        f"{k}: saved {saved.get(k)!r}, current {v!r}" for k, v in ours.items() if saved.get(k) != v
-    ]
-    if not clashes:
-        return
-    hint = ""
-    if saved.get("snapshot_id") and saved.get("snapshot_id") != ours["snapshot_id"]:
-        hint = (
-            "; to resume on the same data open "
-            f"repo.readonly_session(snapshot_id={saved['snapshot_id']!r})"
-        )
-    raise ValueError("the state belongs to another batch order (" + "; ".join(clashes) + ")" + hint)
+def snapshot_hint(field: str, saved: Any, current: Any) -> str:
+    """For a state saved on another Icechunk snapshot: how to reopen the data it read."""
+    if field != "snapshot_id" or not saved:
+        return ""
+    return f"to resume on the same data open repo.readonly_session(snapshot_id={saved!r})"

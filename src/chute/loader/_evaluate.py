@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.process_slice import SliceSpec, resolve_slice
+from chute._util.state import StateLayout
 from chute.loader._pipeline import Pipeline
 from chute.loader._sampler import _check_u64
 from chute.loader._streams import Batch, Stream, as_streams, check_streams
@@ -36,6 +37,8 @@ class EvalPass(Pipeline):
     ...     len(p), [batch["y"].tolist() for batch in p]
     (3, [[0, 10], [20, 30], [40]])
     """
+
+    _STATE = StateLayout("EvalPass", (1,), ("step",), ours="pass")
 
     def __init__(
         self,

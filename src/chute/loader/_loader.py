@@ -9,11 +9,19 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.process_slice import SliceSpec, resolve_slice
+from chute._util.state import StateLayout
 from chute.errors import SamplerError
 from chute.loader._evaluate import EvalPass, Last
 from chute.loader._pipeline import Pipeline
 from chute.loader._renamed import translate
-from chute.loader._sampler import _U64, Sampler, SamplerLike, SamplerMode, _check_u64
+from chute.loader._sampler import (
+    _U64,
+    Sampler,
+    SamplerLike,
+    SamplerMode,
+    _check_u64,
+    sampler_config,
+)
 from chute.loader._streams import Batch, Stream, as_streams, check_streams
 from chute.loader._subset import IndexSet
 
@@ -123,7 +131,7 @@ class DataLoader(Pipeline):
     >>> resumed.close()
     """
 
-    _STATE_VERSIONS = (2, 1)  # version 1 states (before subsets) still load
+    _STATE = StateLayout("DataLoader", (2, 1), ("step",), ours="loader")  # 1: before subsets
 
     def __init__(
         self,
@@ -208,11 +216,8 @@ class DataLoader(Pipeline):
         )
 
     def _config(self) -> dict[str, Any]:
-        s = self.sampler
         return {
-            "seed": getattr(s, "seed", None),
-            "sampler": s.fingerprint() if hasattr(s, "fingerprint") else type(s).__qualname__,
-            "batch_size": s.batch_size,
+            **sampler_config(self.sampler),
             "length": self._length,
             "indices": None if self.subset is None else self.subset.fingerprint,
         }

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from chute._util.buffers import BatchBuffers
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
+from chute._util.state import StateLayout, check_state, make_state
 from chute.errors import LoaderTimeoutError
 from chute.loader._sampler import _check_u64
 from chute.loader._streams import Batch, GathersInto, Stream
@@ -110,38 +111,23 @@ class Pipeline(Closing):
     def _plan(self, step: int) -> tuple[npt.NDArray[np.uint64], Mapping[str, Any]]:
         """The record indices this process reads at ``step``, and entries added to the batch."""
 
-    _STATE_VERSIONS: ClassVar[tuple[int, ...]] = (1,)
-    """The state version written, then older ones still read."""
+    _STATE: ClassVar[StateLayout]
+    """The kind and versions of this pipeline's states (see `chute._util.state`)."""
 
     @abstractmethod
     def _config(self) -> dict[str, Any]:
         """The JSON-able configuration that decides the stream of batches."""
 
     def state_dict(self) -> dict[str, Any]:
-        """A small JSON-able record of where the stream stands and what it is."""
-        return {"version": self._STATE_VERSIONS[0], "step": self.step, **self._config()}
+        """A small JSON-able record of where the stream stands (``step``) and what it is
+        (the configuration and its fingerprint)."""
+        return make_state(self._STATE, self._config(), step=self.step)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume at the state's step; refuses a state of a different stream of batches,
-        naming the fields that differ."""
-        name = type(self).__name__
-        if (
-            not isinstance(state, Mapping)
-            or state.get("version") not in self._STATE_VERSIONS
-            or "step" not in state
-        ):
-            raise ValueError(
-                f"not a chute {name} state (version {self._STATE_VERSIONS[0]}): {state}"
-            )
-        step = state["step"]
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
-            raise TypeError(f"the saved step must be an int, got {step!r}")
-        step = _check_u64("the saved step", int(step))
-        clashes = {k: (state.get(k), v) for k, v in self._config().items() if state.get(k) != v}
-        if clashes:
-            detail = ", ".join(f"{k}: saved {s!r}, loader {o!r}" for k, (s, o) in clashes.items())
-            raise ValueError(f"the saved state belongs to a different stream of batches ({detail})")
-        self.seek(step)
+        """Resume at the state's step; refuses a state of a different stream of batches
+        (`chute.errors.StateMismatchError`, naming the fields that differ)."""
+        checked = check_state(state, self._STATE, self._config())
+        self.seek(_check_u64("the saved step", checked["step"]))
 
     def batch_at(self, step: int) -> Batch:
         """The batch of ``step``, built on the calling thread; does not move the pipeline."""

@@ -10,12 +10,14 @@ from __future__ import annotations
 import hashlib
 import warnings
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from chute._native import fill as _fill
+from chute._util.state import StateLayout, check_state, make_state
 
 __all__ = ["Sampler", "SamplerLike", "SamplerMode", "StepSampler", "WeightedSampler"]
 
@@ -97,6 +99,18 @@ class SamplerLike(Protocol):
     ) -> npt.NDArray[np.uint64]: ...
 
 
+def sampler_config(sampler: SamplerLike) -> dict[str, Any]:
+    """The configuration of ``sampler`` that a saved state compares: its seed (None if it
+    has none), its ``fingerprint()`` (else its class name) and its batch size."""
+    return {
+        "seed": getattr(sampler, "seed", None),
+        "sampler": (
+            sampler.fingerprint() if hasattr(sampler, "fingerprint") else type(sampler).__qualname__
+        ),
+        "batch_size": sampler.batch_size,
+    }
+
+
 class StepSampler(ABC):
     """Base of a sampler whose batch at a step depends on nothing but the step.
 
@@ -114,7 +128,14 @@ class StepSampler(ABC):
     ([4, 3], [2, 1], 2)
     >>> s.indices(2).tolist(), s.indices(2, start=1).tolist()  # any step, any slice
     ([0, 4], [4])
+    >>> state = s.state_dict()  # JSON-able: the step, seed, fingerprint, batch size, length
+    >>> t = Backwards(length=5, batch_size=2)
+    >>> t.load_state_dict(state)  # refused if the configuration differs
+    >>> t.step, next(t).tolist()
+    (2, [0, 4])
     """
+
+    _STATE = StateLayout("StepSampler", (1,), ("step",))
 
     length: int
     batch_size: int
@@ -156,6 +177,20 @@ class StepSampler(ABC):
         out = np.empty(end - start, dtype=np.uint64)
         self.fill(step, start, out)
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the sampler stands (``step``) and its configuration (seed, `fingerprint`,
+        batch size, length); JSON-able."""
+        return make_state(self._STATE, self._config(), step=self._step)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue at the state's step; a state of another configuration is refused
+        (`chute.errors.StateMismatchError`, naming each differing field)."""
+        checked = check_state(state, self._STATE, self._config())
+        self.seek(_check_u64("the saved step", checked["step"]))
+
+    def _config(self) -> dict[str, Any]:
+        return {**sampler_config(self), "length": self.length}
 
     def __iter__(self) -> StepSampler:
         return self
