@@ -16,7 +16,7 @@ def _run(path):
     return w
 
 
-@pytest.mark.parametrize("text", ['{"lr": 0.1', "[1, 2]", "\xff"])
+@pytest.mark.parametrize("text", ['{"lr": 0.1', "[1, 2]", "\xff", "[" * 100_000])
 def test_a_corrupt_config_is_a_corrupt_run_error_naming_it(tmp_path, text):
     _run(tmp_path).close()
     cfg = tmp_path / "plattli" / "config.json"

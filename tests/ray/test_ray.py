@@ -4,6 +4,7 @@ duplicate or half shard behind."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -225,3 +226,37 @@ def test_a_reader_of_a_column_raises_when_the_conversion_is_overwritten(
     old.close()
     assert new["x"][[39]].tolist() == [[-39, -39]]
     new["x"].close()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder", "nested", "link-out"])
+def test_a_hostile_columns_file_is_an_error_naming_it(tmp_path: Path, kind: str) -> None:
+    """columns.json is read as every file chute is pointed at: a regular file inside the
+    folder, with a bound; a FIFO hung the open, /dev/zero read until memory ran out."""
+    import subprocess
+    import sys
+    import textwrap
+
+    conv = tmp_path / "conv"
+    conv.mkdir()
+    columns = conv / "columns.json"
+    if kind == "fifo":
+        os.mkfifo(columns)
+    elif kind == "dev-zero":
+        columns.symlink_to("/dev/zero")
+    elif kind == "folder":
+        columns.mkdir()
+    elif kind == "nested":
+        columns.write_text("[" * 100_000)
+    else:
+        (tmp_path / "outside.json").write_text("{}")
+        columns.symlink_to(tmp_path / "outside.json")
+    child = textwrap.dedent(f"""
+        import sys, chute.ray
+        try:
+            chute.ray.open_columns({str(conv)!r})
+        except chute.ChuteError as e:
+            sys.exit(0 if "columns.json" in str(e) else 3)
+        sys.exit(4)
+    """)
+    done = subprocess.run([sys.executable, "-c", child], timeout=60, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]

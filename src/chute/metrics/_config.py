@@ -74,7 +74,7 @@ def parse(data: bytes, where: str) -> dict[str, Any]:
     when they are not a JSON object."""
     try:
         cfg = json.loads(data or b"{}")
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise CorruptRunError(f"{where} is not valid JSON ({e})", path=where) from None
     if not isinstance(cfg, dict):
         raise CorruptRunError(f"{where} does not hold a JSON object", path=where)

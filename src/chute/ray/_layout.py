@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.fs import lock_exclusive, write_file_atomic
+from chute._util.safe_open import read_regular
 from chute.datasets import Dataset, RaggedDataset
 from chute.datasets._internal import checksum_of
 from chute.errors import (
@@ -38,6 +39,7 @@ from chute.errors import (
 )
 
 COLUMNS_FILE: Final = "columns.json"
+MAX_COLUMNS_BYTES: Final = 16 << 20  # names and kinds of columns: far less in any real file
 #: Held (flock) by the driver for a whole conversion into the folder; never removed.
 LOCK_FILE: Final = "columns.lock"
 FORMAT: Final = "chute-columns"
@@ -101,7 +103,7 @@ def read_columns(path: str | os.PathLike[str]) -> tuple[list[tuple[str, str]], i
     path = Path(path)
     file = path / COLUMNS_FILE
     try:
-        doc = json.loads(file.read_bytes())
+        doc = json.loads(read_regular(file, path, MAX_COLUMNS_BYTES))
     except FileNotFoundError:
         if path.is_dir() and any(path.iterdir()):
             raise IncompleteDatasetError(
@@ -110,6 +112,8 @@ def read_columns(path: str | os.PathLike[str]) -> tuple[list[tuple[str, str]], i
         raise StoreNotFoundError(f"no converted dataset at {path}: no {COLUMNS_FILE}") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise CorruptStoreError(f"{file} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise CorruptStoreError(f"{file} nests deeper than a column list does") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
         raise CorruptStoreError(f"{file} is not a {FORMAT} v{VERSION} file")
     fields = {k: v for k, v in doc.items() if k != "checksum"}
