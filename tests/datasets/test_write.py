@@ -21,6 +21,7 @@ from chute import (
     StoreChangedError,
     StoreKindError,
     StoreLockedError,
+    UnsafeFileError,
     append_dataset,
     write_dataset,
     write_ragged,
@@ -176,5 +177,23 @@ def test_a_store_is_not_opened_for_writing_inside_a_sharded_dataset(
     with pytest.raises(StoreKindError, match="sharded dataset"):
         RecordStore(path, mode=mode)  # type: ignore[arg-type]
     assert sorted(p.name for p in path.iterdir()) == before
+    with Dataset(path) as ds:
+        np.testing.assert_array_equal(ds[np.arange(len(OLD))], OLD)
+
+
+@pytest.mark.parametrize("how", ["append", "overwrite"])
+def test_a_lock_file_linked_out_is_refused_and_nothing_is_made_outside(
+    tmp_path: Path, how: str
+) -> None:
+    path = tmp_path / "d"
+    write_dataset(path, OLD, shard_records=10).close()
+    (path / "dataset.lock").unlink()
+    (path / "dataset.lock").symlink_to(tmp_path / "created_outside")
+    with pytest.raises(UnsafeFileError, match=r"dataset\.lock"):
+        if how == "append":
+            append_dataset(path, OLD[:2])
+        else:
+            write_dataset(path, NEW, shard_records=10, overwrite=True)
+    assert not (tmp_path / "created_outside").exists()
     with Dataset(path) as ds:
         np.testing.assert_array_equal(ds[np.arange(len(OLD))], OLD)

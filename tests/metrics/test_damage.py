@@ -18,6 +18,7 @@ import plattli
 import pytest
 
 import chute.metrics as cm
+from chute.errors import UnsafeFileError
 from chute.metrics._cli import main
 
 _CRASHING_WRITER = """
@@ -367,3 +368,26 @@ def test_a_corrupt_manifest_is_a_corrupt_run_error_naming_it(tmp_path, text):
             attempt()
         assert caught.value.path == str(manifest)
     assert manifest.read_text() == text
+
+
+@pytest.mark.parametrize("writer", ["direct", "compacting"])
+@pytest.mark.parametrize("victim", ["loss.f64", "hot.jsonl"])
+def test_a_writer_never_writes_through_a_link_out_of_its_run(tmp_path, writer, victim):
+    """A column file or hot log planted as a link to a file elsewhere is refused: the writer
+    truncated or appended to the file it pointed at."""
+    run, outside = tmp_path / "run", tmp_path / "victim"
+    outside.write_bytes(b"keep")
+    (run / "plattli").mkdir(parents=True)
+    (run / "plattli" / victim).symlink_to(outside)
+    if writer == "direct" and victim == "hot.jsonl":
+        pytest.skip("DirectWriter keeps no hot log")
+    with pytest.raises(UnsafeFileError, match=r"is a link|outside"):
+        w = (
+            cm.DirectWriter(str(run))
+            if writer == "direct"
+            else cm.CompactingWriter(str(run), hotsize=1)
+        )
+        w.write(loss=2.0)
+        w.end_step()
+        w.close()
+    assert outside.read_bytes() == b"keep"

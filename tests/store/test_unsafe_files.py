@@ -40,6 +40,6 @@ def test_a_meta_linked_out_of_the_store_is_neither_read_nor_changed(
     store = tmp_path / "s"
     store.mkdir()
     (store / "meta.zr").symlink_to(outside / "meta.zr")
-    with pytest.raises(UnsafeFileError, match="outside"):
+    with pytest.raises(UnsafeFileError, match=r"outside|is a link"):
         RecordStore(store, mode=mode)  # type: ignore[arg-type]
     assert (outside / "meta.zr").read_bytes() == victim

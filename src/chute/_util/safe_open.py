@@ -10,13 +10,14 @@ at the size the format allows instead of reading until memory runs out.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
 from chute.errors import UnsafeFileError
 
-__all__ = ["inside", "open_regular", "read_regular"]
+__all__ = ["create_regular", "inside", "open_regular", "read_regular"]
 
 # O_NONBLOCK makes open() of a FIFO with no writer return at once instead of hanging; the
 # fstat that follows then refuses it. It is cleared again for regular files.
@@ -62,6 +63,46 @@ def open_regular(
     """
     real = inside(path, root)
     fd = os.open(real, (_FLAGS | os.O_RDWR) if write else _FLAGS)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafeFileError(f"{path} is {_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def create_regular(
+    path: str | os.PathLike[str], root: str | os.PathLike[str], flags: int = os.O_RDWR
+) -> int:
+    """Open (creating if missing) a file chute writes in ``root``, and return its descriptor:
+    its folder must lie inside ``root`` and the file itself must be a regular file, not a
+    link (a lock or a column file linked elsewhere would be written there), a FIFO or a
+    device; else `UnsafeFileError`. ``flags`` adds to the open (``os.O_APPEND`` ...).
+
+    >>> import os, tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> os.close(create_regular(root / "run.lock", root))
+    >>> (root / "out.lock").symlink_to("/tmp/elsewhere")
+    >>> create_regular(root / "out.lock", root)
+    Traceback (most recent call last):
+    ...
+    chute.errors.UnsafeFileError: .../out.lock is a link; chute writes only regular files here
+    """
+    inside(Path(path).parent, root)
+    extra = os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags | extra, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafeFileError(
+                f"{path} is a link; chute writes only regular files here"
+            ) from None
+        if e.errno == errno.ENXIO:  # a FIFO with no reader, opened for writing only
+            raise UnsafeFileError(f"{path} is a FIFO, not a regular file") from None
+        raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.fs import fsync_dir, lock_exclusive
+from chute._util.safe_open import create_regular
 from chute.datasets._one_store import write_records, write_rows
 from chute.datasets._schema import read_schema
 from chute.datasets._sharded_manifest import (
@@ -128,7 +129,7 @@ def replacing_shards(path: Path, *, overwrite: bool) -> Iterator[None]:
 @contextlib.contextmanager
 def writer_lock(path: Path) -> Iterator[None]:
     """The dataset's one-writer lock (``dataset.lock``), held for the block."""
-    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = create_regular(path / LOCK_FILE, path)  # a link out would be created elsewhere
     try:
         lock_exclusive(fd, path)
         yield

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._util.safe_open import create_regular
 from chute.errors import RunFileMissingError
 
 from . import _format as F
@@ -273,7 +274,7 @@ class ColumnStore:
         """Register a new, empty metric (its file first, then the manifest entry)."""
         path = self._path(F.value_file(name, code))
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        os.close(create_regular(path, self.pdir, os.O_WRONLY | os.O_TRUNC))  # never a link out
         col = self.cols[name] = Column(code)
         with self.mlock:
             self.manifest[name] = {"indices": col.spec(), "dtype": code}
@@ -454,7 +455,7 @@ class ColumnStore:
             return fd
         if len(self._fds) >= _MAX_OPEN_FILES:
             os.close(self._fds.popitem(last=False)[1])
-        fd = os.open(self._path(rel), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = create_regular(self._path(rel), self.pdir, os.O_WRONLY | os.O_APPEND)
         self._fds[rel] = fd
         return fd
 

@@ -7,6 +7,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from chute._util.safe_open import create_regular
+
 from . import _config
 from . import _format as F
 from ._dtypes import Value
@@ -99,7 +101,7 @@ class CompactingWriter(StreamingWriter):
     # -- hot log -----------------------------------------------------------------------------
     def _hot(self) -> int:
         if self._hot_fd is None:
-            self._hot_fd = os.open(self._hot_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._hot_fd = create_regular(self._hot_path, self._pdir, os.O_WRONLY | os.O_APPEND)
         return self._hot_fd
 
     def _close_hot(self) -> None:

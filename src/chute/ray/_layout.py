@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.fs import lock_exclusive, write_file_atomic
-from chute._util.safe_open import read_regular
+from chute._util.safe_open import create_regular, read_regular
 from chute.datasets import Dataset, RaggedDataset
 from chute.datasets._internal import checksum_of
 from chute.errors import (
@@ -62,7 +62,7 @@ def conversion_lock(path: Path) -> Iterator[None]:
     """Hold the folder's conversion lock for the block: a second conversion into ``path``
     (another thread or process) gets `StoreLockedError` before it removes or writes
     anything, and the first runs on intact."""
-    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = create_regular(path / LOCK_FILE, path)  # a link out would be created elsewhere
     try:
         lock_exclusive(fd, path)
         yield

@@ -62,7 +62,7 @@ from chute._util.fs import (
     unlock,
     write_file_atomic,
 )
-from chute._util.safe_open import open_regular
+from chute._util.safe_open import create_regular
 from chute.errors import CorruptStoreError, StoreError, StoreKindError
 from chute.store import _format as fmt
 from chute.store._codec import (
@@ -93,7 +93,7 @@ def open_for_writing(path: Path, *, reset: bool, durable: bool) -> StoreFiles:
         _refuse_orphan_chunks(path, "has no meta.zr")
     path.mkdir(parents=True, exist_ok=True)
     files = StoreFiles(path, writable=True)
-    files.meta_fd = _open_meta(meta_path)
+    files.meta_fd = create_regular(meta_path, path)  # never a FIFO, nor a link out
     try:
         lock_exclusive(files.meta_fd, path)
         head = os.pread(files.meta_fd, 4, 0)
@@ -112,17 +112,6 @@ def open_for_writing(path: Path, *, reset: bool, durable: bool) -> StoreFiles:
         files.close()
         raise
     return files
-
-
-def _open_meta(meta_path: Path) -> int:
-    """meta.zr for writing, created if missing: a regular file inside the store (never a
-    FIFO, a device, or a link to a file elsewhere that the writer would then change)."""
-    try:
-        return open_regular(meta_path, meta_path.parent, write=True)
-    except FileNotFoundError:
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        os.close(os.open(meta_path, flags, 0o644))
-    return open_regular(meta_path, meta_path.parent, write=True)
 
 
 def _open_gen(files: StoreFiles, durable: bool) -> None:
