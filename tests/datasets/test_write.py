@@ -197,3 +197,17 @@ def test_a_lock_file_linked_out_is_refused_and_nothing_is_made_outside(
     assert not (tmp_path / "created_outside").exists()
     with Dataset(path) as ds:
         np.testing.assert_array_equal(ds[np.arange(len(OLD))], OLD)
+
+
+def test_a_reader_raises_when_another_dataset_is_renamed_over_its_folder(tmp_path: Path) -> None:
+    """Write beside it, then swap the names: the common way to replace a dataset without
+    chute's overwrite. Shards opened later would belong to the new dataset."""
+    path, beside = tmp_path / "d", tmp_path / "d.new"
+    write_dataset(path, OLD, shard_records=10).close()
+    with Dataset(path) as old:
+        assert old[[0]].tolist() == OLD[[0]].tolist()  # opens the first shard only
+        write_dataset(beside, NEW, shard_records=10).close()
+        path.rename(tmp_path / "d.old")
+        beside.rename(path)
+        with pytest.raises(StoreChangedError, match="renamed over"):
+            old[np.arange(len(OLD))]

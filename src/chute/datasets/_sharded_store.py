@@ -57,6 +57,7 @@ class ShardedStore(Closing):
         # the generation, so a manifest read after this is of this generation or later
         self._gen = StoreFiles(self._path, writable=False)  # used for its gen.chute alone
         self._generation = self._gen.generation()
+        self._folder = _identity(self._path)  # a folder renamed over this one is another
         try:
             self._manifest = read_manifest(self._path)
         except BaseException:
@@ -123,6 +124,11 @@ class ShardedStore(Closing):
         name, want = self._manifest.shards[i]
         where = self._path / name
         inside(where, self._path)  # it may have become a link out since the manifest was read
+        if _identity(self._path) != self._folder:
+            raise StoreChangedError(
+                f"{self._path} is another folder than this reader opened (one was renamed over "
+                "it): its shards belong to another dataset; reopen the dataset"
+            )
         schema = read_schema(where)
         ours = self._manifest.schema
         if any(schema.get(k) != ours.get(k) for k in ("dtype", "shape", "item_shape", "ragged")):
@@ -349,6 +355,12 @@ class ShardedStore(Closing):
         return (
             f"ShardedStore({str(self._path)!r}, records={self._length}, shards={len(self._stores)})"
         )
+
+
+def _identity(folder: Path) -> tuple[int, int]:
+    """What tells one folder from another at the same path: its device and inode."""
+    st = os.stat(folder)
+    return st.st_dev, st.st_ino
 
 
 def _uniform_size(store: RecordStore, n: int, step: int = 1 << 20) -> int:
