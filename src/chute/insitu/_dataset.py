@@ -446,7 +446,7 @@ class InSituDataset(Closing):
     def stats(self) -> dict[str, Any]:
         """Counters: store reads, pool hits/misses/evictions, resident and peak bytes, slabs
         this process decoded, slabs it mapped from another process's decode and damaged
-        slab files of the on-disk pool it removed (to decode again)."""
+        or stale slab files of the on-disk pool it removed (to decode again)."""
         pool = asdict(self.pool.stats)
         shared = self._engine.shared
         return {
