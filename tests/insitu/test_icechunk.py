@@ -110,3 +110,23 @@ def test_a_repository_on_s3(s3_server: str, tmp_path: Path) -> None:
         seen = batches(ds)
         assert sorted(i for b in seen for i in b) == m.sample_indices("train").tolist()
         assert ds.stats()["store_reads"] > 0
+
+
+def test_a_commit_that_rewrites_chunks_gets_a_pool_of_its_own(tmp_path: Path) -> None:
+    """A snapshot never changes, so an Icechunk pool is keyed by it: chunk data committed
+    anew (the metadata untouched) is a new snapshot, read from a new pool, never stale."""
+    repo, _ = committed_repo(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    m = split_by_chunk(open_geometries(repo.readonly_session("main"))["x"])
+    kw: dict[str, Any] = {"batch_size": 8, "cache_dir": cache, "cache_budget_bytes": 10**6}
+    with InSituDataset(repo.readonly_session("main"), m, **kw) as old:
+        batches(old, "all")  # every slab published
+        writer = repo.writable_session("main")
+        zarr.open_array(writer.store, path="y", mode="r+")[:] = -np.arange(N)
+        writer.commit("negate y")
+        with InSituDataset(repo.readonly_session("main"), m, **kw) as new:
+            for b in new.all:
+                np.testing.assert_array_equal(b["y"], -b["sample_indices"])
+            assert new.stats()["shared_hits"] == 0
+            assert len(list(cache.iterdir())) == 2

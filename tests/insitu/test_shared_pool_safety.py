@@ -322,3 +322,88 @@ def test_an_s3_archive_shares_a_pool_until_its_metadata_changes(
                 assert third.stats()["shared_hits"] == 0
         finally:
             obstore.put(store, "y/zarr.json", original)
+
+
+# -- chunk data rewritten without touching the metadata (item 5) -------------------------
+
+
+def y_member(path: Path, cache: Path) -> InSituDataset:
+    """A member over the one variable ``y`` of ``path`` (64 samples in chunks of 8)."""
+    m = split_by_chunk(open_geometries(path)["y"])
+    return InSituDataset(path, m, batch_size=8, cache_dir=cache, cache_budget_bytes=10**6)
+
+
+def y_values(ds: InSituDataset) -> np.ndarray:
+    """Every sample of ``y``, in sample order."""
+    out = np.empty(64, dtype=np.int64)
+    for b in ds.all:
+        out[b["sample_indices"]] = b["y"]
+    return out
+
+
+def test_chunks_rewritten_without_their_metadata_are_not_served_from_the_pool(
+    tmp_path: Path,
+) -> None:
+    """The archive keeps its identity (same metadata, same pool), but each slab's header
+    records the stamps of the chunk files it was decoded from, so the changed ones are
+    decoded again rather than served stale."""
+    path, cache = tmp_path / "data.zarr", tmp_path / "cache"
+    cache.mkdir()
+    group = zarr.open_group(str(path), mode="w")
+    group.create_array("y", shape=(64,), chunks=(8,), dtype="i8")[:] = np.arange(64)
+    with y_member(path, cache) as old:
+        np.testing.assert_array_equal(y_values(old), np.arange(64))  # all 8 slabs published
+        zarr.open_array(str(path / "y"), mode="r+")[:] = -np.arange(64)  # chunk files only
+        with y_member(path, cache) as new:
+            np.testing.assert_array_equal(y_values(new), -np.arange(64))
+            stats = new.stats()
+            assert (stats["decodes"], stats["shared_discarded"], stats["shared_hits"]) == (8, 8, 0)
+        assert len(os.listdir(cache)) == 1  # one pool: the archive's identity did not change
+        with y_member(path, cache) as later:  # the new slabs were published in their place
+            np.testing.assert_array_equal(y_values(later), -np.arange(64))
+            assert later.stats()["shared_hits"] == 8
+
+
+def wait_past(stamp_ns: int, probe: Path) -> None:
+    """Wait until the file system stamps a change after ``stamp_ns`` (its clock is coarse)."""
+    while True:
+        probe.write_bytes(b"")
+        if os.stat(probe).st_ctime_ns > stamp_ns:
+            return
+
+
+@pytest.mark.parametrize("how", ["replaced by rename", "overwritten in place"])
+def test_a_chunk_file_changed_keeping_its_size_and_mtime_is_decoded_again(
+    tmp_path: Path, how: str
+) -> None:
+    """A chunk file changed to one of the same size whose modification time is set back:
+    replaced, it has another inode; overwritten in place, its change time (which no
+    ``utime`` can set back) moved on."""
+    path, cache = tmp_path / "data.zarr", tmp_path / "cache"
+    cache.mkdir()
+    y = zarr.open_group(str(path), mode="w").create_array(
+        "y", shape=(64,), chunks=(8,), dtype="<i8", compressors=None
+    )
+    y[:] = np.arange(64)
+    chunk = path / "y" / "c" / "3"
+    before = os.stat(chunk)
+    assert before.st_size == 64  # stored raw: the new bytes keep the size
+    with y_member(path, cache) as old:
+        np.testing.assert_array_equal(y_values(old), np.arange(64))
+        wait_past(before.st_ctime_ns, tmp_path / "probe")
+        raw = (-np.arange(24, 32)).astype("<i8").tobytes()
+        if how == "replaced by rename":
+            replace_with(chunk, raw)
+        else:
+            with open(chunk, "r+b") as f:
+                f.write(raw)
+        os.utime(chunk, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = os.stat(chunk)
+        assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+        assert (after.st_ino == before.st_ino) == (how == "overwritten in place")
+        with y_member(path, cache) as new:
+            want = np.arange(64)
+            want[24:32] *= -1
+            np.testing.assert_array_equal(y_values(new), want)
+            stats = new.stats()
+            assert (stats["decodes"], stats["shared_discarded"], stats["shared_hits"]) == (1, 1, 7)

@@ -278,7 +278,7 @@ class InSituDataset(Closing):
                     name not in self._positions
                     or isinstance(pos, bool)
                     or not isinstance(pos, int)
-                    or not 0 <= pos <= self._plan(name).n_batches
+                    or not 0 <= pos <= self.pass_plan(name).n_batches
                 ):
                     raise ValueError(f"bad position {pos!r} for view {name!r}")
                 self._positions[name] = pos
@@ -308,7 +308,8 @@ class InSituDataset(Closing):
 
     # -- planning ----------------------------------------------------------------------
 
-    def _plan(self, view: str) -> PassPlan:
+    def pass_plan(self, view: str) -> PassPlan:
+        """The current epoch's plan of ``view``'s pass (internal: for the views)."""
         key = (view, self._epoch)
         plan = self._plans.get(key)
         if plan is None:
@@ -357,7 +358,7 @@ class InSituDataset(Closing):
         do not tile) stays pinned from the first window that reads it to the last, which
         may be the whole pass, so all of that variable's slabs are counted.
         """
-        plan = self._plan(view)
+        plan = self.pass_plan(view)
         if view != "train" or not self.config.shuffle:
             return working_set(list(plan.uses.values()), plan.n_batches)
         c, m = self.config, self.manifest
@@ -375,14 +376,21 @@ class InSituDataset(Closing):
         return min(windows * c.block_chunks * tiled + shared, split_bytes)
 
     def _working_set(self, view: str, *, lookahead: bool) -> int:
-        plan = self._plan(view)
+        plan = self.pass_plan(view)
         ahead = 0
         if lookahead:
             window = self.config.block_chunks * self.manifest.sample_chunk_size
             ahead = math.ceil(window / self.config.batch_size) + 1
         return working_set(list(plan.uses.values()), plan.n_batches, ahead)
 
-    def _start(self, view: str) -> PassIterator:
+    # -- passes: what the views use (ViewSource) -----------------------------------------
+
+    def position(self, view: str) -> int:
+        """Batches of ``view``'s pass handed out this epoch (internal: for the views)."""
+        return self._positions[view]
+
+    def open_pass(self, view: str) -> PassIterator:
+        """A new iterator over ``view``'s pass (internal: ``iter(ds.train)`` calls it)."""
         if self._engine.closed:
             raise RuntimeError("this InSituDataset is closed")
         with self._opening:  # two threads starting the same view: one of them raises
@@ -397,8 +405,14 @@ class InSituDataset(Closing):
             self._open[view] = it
             return it
 
-    def _iterate(self, view: str) -> Generator[Batch, None, None]:
-        full = self._plan(view)
+    def end_pass(self, view: str, it: PassIterator) -> None:
+        """Forget ``it`` as ``view``'s open pass, if it still is (internal: for the views)."""
+        if self._open.get(view) is it:
+            del self._open[view]
+
+    def run_pass(self, view: str) -> Generator[Batch, None, None]:
+        """The batches of ``view``'s pass from its position on (internal: for the views)."""
+        full = self.pass_plan(view)
         start = self._positions[view]
         if start >= full.n_batches:
             start = self._positions[view] = 0
@@ -432,7 +446,7 @@ class InSituDataset(Closing):
     def stats(self) -> dict[str, Any]:
         """Counters: store reads, pool hits/misses/evictions, resident and peak bytes, slabs
         this process decoded, slabs it mapped from another process's decode and damaged
-        slab files of the on-disk pool it removed (to decode again)."""
+        or stale slab files of the on-disk pool it removed (to decode again)."""
         pool = asdict(self.pool.stats)
         shared = self._engine.shared
         return {
@@ -494,7 +508,7 @@ class InSituDataset(Closing):
             "config": asdict(c),
             "snapshot_id": self.snapshot_id,
             "splits": {
-                v: {"samples": len(self._plan(v).order), "batches": self._plan(v).n_batches}
+                v: {"samples": len(self.pass_plan(v).order), "batches": self.pass_plan(v).n_batches}
                 for v in VIEWS
             },
             "memory": memory,

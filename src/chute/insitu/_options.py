@@ -122,3 +122,36 @@ async def archive_stamp(
         return " ".join(parts)
 
     return dict(zip(keys, await asyncio.gather(*map(one, keys)), strict=True))
+
+
+def chunk_stamp(root: str | None, keys: Sequence[str]) -> str:
+    """The stamp of the stored objects at ``keys`` a slab is decoded from: a digest of the
+    inode, modification and change times and size of each file under a local archive's
+    ``root`` (``-`` for a missing one, read as the fill value); ``""`` for another store,
+    whose objects are not checked (a HEAD per slab would cost a request per chunk).
+
+    A slab of the on-disk pool records the stamp taken before its chunks were read; one
+    whose recorded stamp differs from its chunks' stamp now is stale. One ``stat`` per file.
+
+    >>> import os, tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> with open(os.path.join(root, "c0"), "wb") as f:
+    ...     _ = f.write(b"chunk")
+    >>> stamp = chunk_stamp(root, ["c0", "c1"])
+    >>> len(stamp), stamp == chunk_stamp(root, ["c0", "c1"]), chunk_stamp(None, ["c0"])
+    (32, True, '')
+    >>> os.replace(os.path.join(root, "c0"), os.path.join(root, "c1"))
+    >>> stamp == chunk_stamp(root, ["c0", "c1"])
+    False
+    """
+    if root is None:
+        return ""
+    parts = []
+    for key in keys:
+        try:
+            st = os.stat(os.path.join(root, key))
+        except OSError:  # missing: the read gives the fill value (or reports the error)
+            parts.append("-")
+            continue
+        parts.append(f"{st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_size}")
+    return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()

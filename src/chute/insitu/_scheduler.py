@@ -27,10 +27,11 @@ from zarr.abc.store import Store
 from chute.errors import BadChunkError
 
 from ._buffers import BatchBuffers
-from ._decode import DirectReader, reserve_read_buffer
+from ._decode import DirectReader, local_root, reserve_read_buffer
 from ._geometry import ArrayGeometry
+from ._options import chunk_stamp
 from ._plan import SlabUse
-from ._pool import ChunkPool, Slab
+from ._pool import ChunkPool, Slab, SlabKey
 from ._shared import SharedChunks
 from ._transforms import Batch, BatchTransform, ChunkTransform
 
@@ -98,6 +99,8 @@ class Engine:
     ) -> None:
         self.geometries = geometries
         self.shared = shared
+        self._root = local_root(store)  # a local archive's folder: its chunk files are stamped
+        self._chunk_keys: dict[SlabKey, list[str]] = {}  # the stored chunks of each slab
         self.decodes = 0  # slabs this process read and decoded
         self.shared_hits = 0  # slabs mapped from the on-disk pool, decoded by another process
         self.pool = pool
@@ -240,17 +243,18 @@ class Engine:
     async def _fetch(self, slab: Slab) -> None:
         """Read, decode and transform one slab into the pool (or map it from the on-disk
         pool, if another process decoded it); any failure reaches its waiters."""
-        lock = None
+        lock, source = None, ""
         try:
             data = None
             if self.shared is not None:
-                data, lock = await self._claim(slab)
+                data, lock, source = await self._claim(slab)
             if data is None:
                 data = await self._decode_slab(slab)
                 if data is not None and lock is not None:
                     assert self.shared is not None
                     loop = asyncio.get_running_loop()
-                    await loop.run_in_executor(None, self.shared.publish, slab.key, data)
+                    publish = functools.partial(self.shared.publish, slab.key, data, source)
+                    await loop.run_in_executor(None, publish)
         except asyncio.CancelledError:
             self.pool.fail(slab, asyncio.CancelledError())
             raise
@@ -270,40 +274,56 @@ class Engine:
             data = await loop.run_in_executor(None, self._transform, slab.key[0], data)
         return data
 
-    async def _claim(self, slab: Slab) -> tuple[np.ndarray | None, int | None]:
-        """The slab from the on-disk pool, or its decode lock if nobody published it yet.
+    async def _claim(self, slab: Slab) -> tuple[np.ndarray | None, int | None, str]:
+        """The slab from the on-disk pool, or its decode lock if nobody published it (or
+        only a damaged or stale copy) yet; and the stamp of its chunks, taken before it is
+        decoded, to publish it with.
 
         A slab another process is decoding is waited for by polling, never by blocking a
         thread on its lock: processes waiting on each other's locks while their own
         decodes queue behind those waits would deadlock.
         """
         assert self.shared is not None
+        shared = self.shared
         name, j = slab.key
         g = self.geometries[name]
         shape = (len(g.samples_in_chunk(j)), *g.sample_shape)
         dtype = None if self.chunk_transforms else np.dtype(g.dtype)
-        load = functools.partial(self.shared.load, slab.key, shape, dtype)
+
+        def load(held: bool = False) -> tuple[np.ndarray | None, str]:
+            source = self._chunk_stamp(slab.key)  # now: a chunk changed since shows
+            return shared.load(slab.key, shape, dtype, source, held=held), source
+
         loop = asyncio.get_running_loop()
         delay = 0.0002
         while True:
-            data = await loop.run_in_executor(None, load)  # checks its CRC: off the loop
+            data, source = await loop.run_in_executor(None, load)  # stats, CRC: off the loop
             if data is not None:
                 self.shared_hits += 1
-                return data, None
-            lock = self.shared.try_lock(slab.key)
+                return data, None, source
+            lock = shared.try_lock(slab.key)
             if lock is not None:
-                try:  # published just before we locked; or damaged, then removed
-                    data = await loop.run_in_executor(None, functools.partial(load, held=True))
+                try:  # published just before we locked; or damaged or stale, then removed
+                    data, source = await loop.run_in_executor(None, load, True)
                 except BaseException:
                     SharedChunks.unlock(lock)
                     raise
                 if data is not None:
                     SharedChunks.unlock(lock)
                     self.shared_hits += 1
-                    return data, None
-                return None, lock
+                    return data, None, source
+                return None, lock, source
             await asyncio.sleep(delay)
             delay = min(2 * delay, 0.005)
+
+    def _chunk_stamp(self, key: SlabKey) -> str:
+        """The stamp of the stored chunks slab ``key`` is decoded from (``chunk_stamp``)."""
+        if self._root is None:
+            return ""
+        keys = self._chunk_keys.get(key)
+        if keys is None:
+            keys = self._chunk_keys[key] = [self.chunk_key(key[0], c) for _, c in self._parts(*key)]
+        return chunk_stamp(self._root, keys)
 
     async def _read_slab(self, slab: Slab) -> np.ndarray | None:
         """The slab's stored chunks, samples on axis 0; ``None`` for a skipped bad chunk."""

@@ -23,6 +23,10 @@ Crash safety, in the order the steps happen:
   no chunk transform, the dtype) the geometry gives, its size must match, and a CRC-32C over
   its header and data must hold. Anything else is damage: the file is removed under the
   slab's lock and the slab decoded again from the archive (the pool is a cache).
+- A slab is stale when the chunk files it was decoded from changed since (data rewritten
+  without touching the metadata, which the identity covers): its header records their
+  stamp (``chunk_stamp``, taken before they were read, so a change during the read shows
+  too), and a loader whose stamp of them now differs treats the file as damaged.
 - A slab's lock is an ``flock`` on its lock file, which the kernel drops when its holder
   dies; a waiter then takes it and decodes the slab itself.
 - Each member holds a shared ``flock`` on ``members.lock`` for as long as it is open. A
@@ -84,7 +88,7 @@ class SharedChunks:
         self.digest = full[:20]
         self.root = os.path.join(cache_dir, f"chute-{self.digest}")
         self.budget_bytes = budget_bytes
-        self.discarded = 0  # damaged slab files this member removed
+        self.discarded = 0  # damaged or stale slab files this member removed
         self._identity = full.encode()  # what the folder's ``identity`` file must hold
         self._members = self._join()
 
@@ -179,19 +183,23 @@ class SharedChunks:
         key: SlabKey,
         shape: tuple[int, ...],
         dtype: np.dtype[Any] | None,
+        source: str,
         *,
         held: bool = False,
     ) -> np.ndarray | None:
-        """The published slab, mapped read-only and checked; ``None`` if absent or damaged.
+        """The published slab, mapped read-only and checked; ``None`` if absent, damaged or
+        stale.
 
         ``shape`` is what the geometry gives for the slab, ``dtype`` too unless a chunk
-        transform may change it (``None``). With ``held`` (the caller holds the slab's lock,
-        so nobody publishes it meanwhile) a damaged file is removed, to be decoded again.
+        transform may change it (``None``); ``source`` is the stamp of its chunks now
+        (``chunk_stamp``), which the file's must match. With ``held`` (the caller holds the
+        slab's lock, so nobody publishes it meanwhile) a damaged or stale file is removed,
+        to be decoded again.
         """
         name = self._name(key)
         path = os.path.join(self.root, name + _SUFFIX)
         try:
-            return self._map(path, name, shape, dtype)
+            return self._map(path, name, shape, dtype, source)
         except FileNotFoundError:
             return None
         except (_Damaged, UnsafeFileError):
@@ -202,13 +210,18 @@ class SharedChunks:
             return None
 
     def _map(
-        self, path: str, name: str, shape: tuple[int, ...], dtype: np.dtype[Any] | None
+        self,
+        path: str,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any] | None,
+        source: str,
     ) -> np.ndarray:
         fd = open_regular(path, self.root)
         try:
             size = os.fstat(fd).st_size
             head = os.pread(fd, _HEADER, 0)
-            found = self._check_header(head, name, shape, dtype)
+            found = self._check_header(head, name, shape, dtype, source)
             if size != _HEADER + math.prod(shape) * found.itemsize:
                 raise _Damaged(f"{path}: its size does not match its header")
             if size == _HEADER:
@@ -224,9 +237,15 @@ class SharedChunks:
             os.close(fd)
 
     def _check_header(
-        self, head: bytes, name: str, shape: tuple[int, ...], dtype: np.dtype[Any] | None
+        self,
+        head: bytes,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any] | None,
+        source: str,
     ) -> np.dtype[Any]:
-        """The dtype a slab file's header names, if the header describes this slab."""
+        """The dtype a slab file's header names, if the header describes this slab as
+        decoded from its chunks as they are now."""
         if len(head) != _HEADER or not head.startswith(_MAGIC):
             raise _Damaged(f"{name}: no slab header")
         try:
@@ -241,6 +260,8 @@ class SharedChunks:
             raise _Damaged(f"{name}: header says {found} {said}, the geometry {shape}")
         if dtype is not None and found.newbyteorder("<") != dtype.newbyteorder("<"):
             raise _Damaged(f"{name}: header says {found}, the geometry {dtype}")
+        if meta.get("source", "") != source:
+            raise _Damaged(f"{name}: stale, its chunks changed since it was decoded")
         return found
 
     def try_lock(self, key: SlabKey) -> int | None:
@@ -258,13 +279,14 @@ class SharedChunks:
     def unlock(fd: int) -> None:
         os.close(fd)  # closing the only descriptor drops its flock
 
-    def publish(self, key: SlabKey, data: np.ndarray) -> None:
-        """Write ``data`` for the other processes (the publisher goes on with its own copy,
-        whose buffer its pool recycles). A slab that cannot be kept within the budget, or
-        a full disk or file-size limit, is not published."""
+    def publish(self, key: SlabKey, data: np.ndarray, source: str) -> None:
+        """Write ``data``, decoded from chunks whose stamp was ``source`` before they were
+        read, for the other processes (the publisher goes on with its own copy, whose
+        buffer its pool recycles). A slab that cannot be kept within the budget, or a full
+        disk or file-size limit, is not published."""
         data = np.ascontiguousarray(data)
         name = self._name(key)
-        head = _header(name, self.digest, data)
+        head = _header(name, self.digest, data, source)
         if head is None:  # too many axes to describe in a header: not cached on disk
             return
         tmp = os.path.join(self.root, f"{name}{_RESERVED}{uuid.uuid4().hex}")
@@ -432,12 +454,12 @@ def _stored_crc(head: bytes) -> int:
     return int.from_bytes(head[len(_MAGIC) : _CRC_END], "little")
 
 
-def _header(name: str, pool: str, data: np.ndarray) -> bytes | None:
-    """The header naming slab ``name`` of ``pool`` and ``data``'s dtype and shape, with the
-    CRC-32C of its own text and the data; ``None`` if that does not fit in the header."""
-    text = json.dumps(
-        {"slab": name, "pool": pool, "dtype": data.dtype.str, "shape": list(data.shape)}
-    ).encode()
+def _header(name: str, pool: str, data: np.ndarray, source: str) -> bytes | None:
+    """The header naming slab ``name`` of ``pool``, ``data``'s dtype and shape and the
+    stamp of the chunks it was decoded from, with the CRC-32C of its own text and the data;
+    ``None`` if that does not fit in the header."""
+    meta = {"slab": name, "pool": pool, "dtype": data.dtype.str, "shape": list(data.shape)}
+    text = json.dumps({**meta, "source": source} if source else meta).encode()
     if _CRC_END + len(text) > _HEADER:
         return None
     body = text.ljust(_HEADER - _CRC_END, b" ")

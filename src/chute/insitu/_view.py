@@ -3,18 +3,51 @@
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
-from ._scheduler import END
+import numpy as np
+
+from ._scheduler import END, PassPlan
 from ._transforms import Batch
-
-if TYPE_CHECKING:
-    from ._dataset import InSituDataset
 
 ViewName = Literal["train", "val", "test", "all"]
 VIEWS: tuple[ViewName, ...] = ("train", "val", "test", "all")
+
+
+class ViewSource(Protocol):
+    """What a view and its pass iterator use of their dataset, and all they use of it.
+
+    :class:`~chute.insitu.InSituDataset` implements it; this module depends on the
+    protocol only, so the dependency runs one way, from the dataset to its views. The
+    methods are internal (for the views), except ``batch_spec``, which the framework
+    hand-offs reach through ``view.dataset``.
+    """
+
+    def open_pass(self, view: str) -> PassIterator:
+        """A new iterator over ``view``'s pass, registered as open (refused while one is)."""
+        ...
+
+    def run_pass(self, view: str) -> Generator[Batch, None, None]:
+        """The batches of ``view``'s pass, from its position on, advancing it."""
+        ...
+
+    def end_pass(self, view: str, it: PassIterator) -> None:
+        """Forget ``it`` as ``view``'s open pass (if it still is), freeing the view."""
+        ...
+
+    def pass_plan(self, view: str) -> PassPlan:
+        """The current epoch's plan of ``view``'s pass."""
+        ...
+
+    def position(self, view: str) -> int:
+        """Batches of ``view``'s pass handed out this epoch."""
+        ...
+
+    def batch_spec(self) -> dict[str, tuple[tuple[int | None, ...], np.dtype[Any]]]:
+        """``{key: (shape, dtype)}`` of the batches, ``None`` for the batch axis."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -73,33 +106,33 @@ class SplitView:
     >>> ds.close(); resumed.close()
     """
 
-    def __init__(self, dataset: InSituDataset, name: ViewName) -> None:
+    def __init__(self, dataset: ViewSource, name: ViewName) -> None:
         self._dataset = dataset
         self.name = name
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> PassIterator:
         """Start a pass. A second ``iter()`` while a pass of this view is still open (not
         exhausted nor closed) raises ``RuntimeError``: two iterators over one pass would
         hand out the same batches twice."""
-        return self._dataset._start(self.name)
+        return self._dataset.open_pass(self.name)
 
     @property
-    def dataset(self) -> InSituDataset:
-        """The dataset this view belongs to."""
+    def dataset(self) -> ViewSource:
+        """The dataset this view belongs to (an :class:`~chute.insitu.InSituDataset`)."""
         return self._dataset
 
     def __len__(self) -> int:
         """Batches in the current epoch's pass (including any already consumed)."""
-        return self._dataset._plan(self.name).n_batches
+        return self._dataset.pass_plan(self.name).n_batches
 
     @property
     def n_samples(self) -> int:
-        return len(self._dataset._plan(self.name).order)
+        return len(self._dataset.pass_plan(self.name).order)
 
     @property
     def position(self) -> int:
         """Batches of this epoch's pass handed out so far (what ``state_dict`` records)."""
-        return self._dataset._positions[self.name]
+        return self._dataset.position(self.name)
 
     def __repr__(self) -> str:
         return f"SplitView({self.name!r}, batches={len(self)})"
@@ -109,10 +142,10 @@ class PassIterator:
     """The iterator of one pass over a view; the view is free again once it is exhausted,
     fails, is closed, or is garbage collected."""
 
-    def __init__(self, dataset: InSituDataset, view: str) -> None:
+    def __init__(self, dataset: ViewSource, view: str) -> None:
         self._dataset = dataset
         self.view = view
-        self._batches = dataset._iterate(view)
+        self._batches = dataset.run_pass(view)
 
     def __iter__(self) -> PassIterator:
         return self
@@ -130,8 +163,7 @@ class PassIterator:
         self._release()
 
     def _release(self) -> None:
-        if self._dataset._open.get(self.view) is self:
-            del self._dataset._open[self.view]
+        self._dataset.end_pass(self.view, self)
 
 
 def next_item(out: queue.Queue[Any], future: Any) -> Any:
