@@ -352,7 +352,7 @@ def worker_fetch_cost(url: str, options: dict[str, Any], kw: dict[str, Any]) -> 
         paths = [os.path.join(url, k) for k in keys]
         cpu = time.process_time()
         for path in paths:
-            _read_file(path)
+            _read_file(path, 1 << 40)
         fetch_cpu = time.process_time() - cpu
     else:
         fetched.clear()

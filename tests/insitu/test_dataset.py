@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -385,3 +388,42 @@ def test_geometry_naming_a_missing_array_fails_cleanly(archive: Path) -> None:
     with pytest.raises(FileNotFoundError):
         InSituDataset(archive, manifest_of(archive), {"ghost": ghost})
     assert threading.active_count() == before  # the engine's threads were stopped
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "link-out", "oversize"])
+def test_a_chunk_file_that_is_not_a_plain_chunk_is_a_bad_chunk(
+    archive: Path, tmp_path: Path, kind: str
+) -> None:
+    """A chunk file is read only as a regular file of at most a chunk's bytes: a FIFO hung
+    the decode thread, /dev/zero or a sparse giant read until memory ran out, a link out
+    was followed. Each is a `BadChunkError` naming its key (in a child: a hang fails)."""
+    key = archive / "x" / "c" / "4" / "0" / "0"
+    other = (archive / "x" / "c" / "5" / "0" / "0").read_bytes()  # a sound chunk, elsewhere
+    key.unlink()
+    if kind == "fifo":
+        os.mkfifo(key)
+    elif kind == "dev-zero":
+        key.symlink_to("/dev/zero")
+    elif kind == "link-out":
+        (tmp_path / "elsewhere").write_bytes(other)  # read, it would pass for chunk 4
+        key.symlink_to(tmp_path / "elsewhere")
+    else:
+        with open(key, "wb") as f:
+            f.truncate(1 << 40)  # sparse: a terabyte on paper
+
+    # a fresh interpreter, not a fork: this process's engine threads would not survive one
+    script = textwrap.dedent(f"""
+        import sys
+        from chute.errors import BadChunkError
+        from chute.insitu import InSituDataset, open_geometries, split_by_chunk
+        path = {str(archive)!r}
+        manifest = split_by_chunk(open_geometries(path)["x"])
+        with InSituDataset(path, manifest, open_geometries(path, ["x"]), batch_size=8) as ds:
+            try:
+                list(ds.all)
+            except BadChunkError as e:
+                sys.exit(0 if "x/c/4/0/0" in str(e) else 3)
+        sys.exit(4)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], timeout=120, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]

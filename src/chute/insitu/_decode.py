@@ -11,7 +11,9 @@ or at the array edge, goes through zarr.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import stat
 import sys
 import threading
 import time
@@ -21,6 +23,8 @@ from typing import Any
 import numpy as np
 from zarr.codecs import BytesCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
+
+from chute.errors import UnsafeFileError
 
 from ._store import CountingStore
 
@@ -36,14 +40,36 @@ def reserve_read_buffer(nbytes: int) -> bytearray:
     return buf
 
 
-def _read_file(path: str) -> memoryview | None:
-    """The whole file at ``path`` in this thread's reusable buffer; ``None`` if missing."""
+def _read_file(path: str, limit: int) -> memoryview | None:
+    """The whole file at ``path`` in this thread's reusable buffer; ``None`` if missing.
+
+    Only a regular file is read (a FIFO would block, a device never ends, a link is not
+    followed), and only if it holds at most ``limit`` bytes: the most a stored chunk of this
+    array can take. Anything else is an `UnsafeFileError` naming the file (the scheduler
+    reports it as a `BadChunkError` of its key), before any byte is read.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, _READ_FLAGS)
     except FileNotFoundError:
         return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafeFileError(
+                f"{path} is a link; chunk files are read only as regular files"
+            ) from None
+        raise
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFileError(
+                f"{path} is not a regular file; chunk files are read only as such"
+            )
+        size = st.st_size
+        if size > limit:
+            raise UnsafeFileError(
+                f"{path} holds {size} bytes, more than a chunk of it can ({limit})"
+            )
+        os.set_blocking(fd, True)
         view = memoryview(reserve_read_buffer(size))[:size]
         got = 0
         while got < size:
@@ -54,6 +80,10 @@ def _read_file(path: str) -> memoryview | None:
         return view
     finally:
         os.close(fd)
+
+
+# O_NONBLOCK: a FIFO with no writer opens at once (then refused) instead of hanging the read
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 class DirectReader:
@@ -77,6 +107,10 @@ class DirectReader:
         self.chunk_shape = tuple(int(c) for c in array.chunks)
         self.dtype = np.dtype(array.dtype)
         self.nbytes = int(np.prod(self.chunk_shape)) * self.dtype.itemsize
+        # what a stored chunk may hold: its bytes, or zstd's worst case for them
+        self._stored_limit = (
+            self.nbytes if zstd is None else self.nbytes + self.nbytes // 128 + (1 << 17)
+        )
 
     @property
     def reads_files(self) -> bool:
@@ -130,7 +164,7 @@ class DirectReader:
         assert self._root is not None
         start = time.perf_counter()
         self._on_time("queue", start - submitted)
-        src = _read_file(os.path.join(self._root, key))
+        src = _read_file(os.path.join(self._root, key), self._stored_limit)
         if src is None:
             return None
         if self._counter is not None:
