@@ -452,6 +452,26 @@ def test_a_loader_feeds_one_device_stage_at_a_time() -> None:
         assert next(again)["y"].shape == (16,)
 
 
+def test_a_loader_feeding_a_stage_is_moved_only_through_it() -> None:
+    """next / seek / load_state_dict on the loader itself would split the stream between the
+    stage and the caller (the stage skipping the batches taken directly)."""
+    loader = _loader(1, sampler="sequential")
+    state = loader.state_dict()
+    with to_device(loader, "cpu") as dev:
+        first = next(dev)["y"].tolist()
+        for move in (
+            lambda: next(loader),
+            lambda: loader.seek(0),
+            lambda: loader.load_state_dict(state),
+        ):
+            with pytest.raises(chute.errors.LoaderInUseError, match="through that stage"):
+                move()
+        got = [first] + [next(dev)["y"].tolist() for _ in range(2)]
+        dev.seek(0)  # the stage itself moves it
+        assert next(dev)["y"].tolist() == first
+    assert got == [list(range(s * 16, s * 16 + 16)) for s in range(3)]
+
+
 def test_depth_is_bounded_as_prefetch_is() -> None:
     for bad in (0, -1, 257, 20_000):
         with pytest.raises(ValueError, match=r"depth must be in \[1, 256\] copies"):

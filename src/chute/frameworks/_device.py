@@ -23,7 +23,6 @@ import numpy as np
 from chute._util.buffers import Allocate, BatchBuffers
 from chute._util.closing import Closing
 from chute._util.waiting import first_failure
-from chute.errors import LoaderInUseError
 from chute.loader._pipeline import MAX_PREFETCH
 
 if TYPE_CHECKING:
@@ -160,11 +159,6 @@ def _check_depth(depth: int) -> int:
     return int(depth)
 
 
-#: The device stage each loader feeds (keyed by the loader's id: an entry lives only while
-#: its stage, which holds the loader, does).
-_STAGES: weakref.WeakValueDictionary[int, DeviceLoader] = weakref.WeakValueDictionary()
-
-
 class DeviceLoader(Closing):
     """A `chute.DataLoader` (or an evaluation pass, ``loader.epoch()``) whose batches arrive
     on a device (see `to_device`).
@@ -191,12 +185,7 @@ class DeviceLoader(Closing):
 
     def __init__(self, loader: Any, mover: Mover, depth: int = 2) -> None:
         depth = _check_depth(depth)
-        held = _STAGES.get(id(loader))
-        if held is not None:
-            raise LoaderInUseError(
-                f"{type(loader).__name__} already feeds {held!r}: a second device stage "
-                "would split its batches between the two; close that one first, or use it"
-            )
+        loader.attach(self)  # LoaderInUseError while another stage holds it
         self.loader = loader
         self.mover = mover
         self.depth = depth
@@ -204,7 +193,6 @@ class DeviceLoader(Closing):
         batches = loader.prefetch + 2 * depth + 2
         loader.use_buffers(BatchBuffers(batches * 2 * len(loader.streams), mover.allocate))
         self._pipe = _Pipeline(mover, self.depth)
-        _STAGES[id(loader)] = self
 
     @property
     def step(self) -> int:
@@ -213,7 +201,8 @@ class DeviceLoader(Closing):
         return ahead[0].before if ahead else self._loader_step()
 
     def _take(self) -> Any:
-        return next(self.loader)
+        with self.loader.fed_by(self):
+            return next(self.loader)
 
     def _loader_step(self) -> int:
         return int(self.loader.step)
@@ -232,7 +221,8 @@ class DeviceLoader(Closing):
             batch = pipe.pop()
         except BaseException:
             pipe.drain(quiet=True)
-            self.loader.seek(at)  # stay at the failed step, as the loader itself does
+            with self.loader.fed_by(self):
+                self.loader.seek(at)  # stay at the failed step, as the loader itself does
             raise
         pipe.fill(self._take, self._loader_step)  # the next copy starts before we return
         return batch
@@ -243,7 +233,8 @@ class DeviceLoader(Closing):
         try:
             self._pipe.drain()
         finally:
-            self.loader.seek(step)
+            with self.loader.fed_by(self):
+                self.loader.seek(step)
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's state at the consumer's step (not at the batches in flight)."""
@@ -257,19 +248,19 @@ class DeviceLoader(Closing):
         try:
             self._pipe.drain()
         finally:
-            try:
-                self.loader.load_state_dict(state)
-            except BaseException:
-                self.loader.seek(at)  # the loader had run ahead of the consumer
-                raise
+            with self.loader.fed_by(self):
+                try:
+                    self.loader.load_state_dict(state)
+                except BaseException:
+                    self.loader.seek(at)  # the loader had run ahead of the consumer
+                    raise
 
     def close(self) -> None:
         """Wait for the copies in flight, then close the loader."""
         try:
             self._pipe.drain()
         finally:
-            if _STAGES.get(id(self.loader)) is self:
-                del _STAGES[id(self.loader)]
+            self.loader.detach(self)
             self.loader.use_buffers(None)
             self.loader.close()
 

@@ -6,12 +6,15 @@ indices a step reads (`_plan`), where the step counter lives, and whether the st
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import os
+import threading
+import weakref
 from abc import abstractmethod
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, wait
 from typing import Any, ClassVar, Self
 
@@ -22,7 +25,7 @@ from chute._util.buffers import BatchBuffers
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
 from chute._util.state import StateLayout, check_state, make_state
-from chute.errors import LoaderTimeoutError
+from chute.errors import LoaderInUseError, LoaderTimeoutError
 from chute.loader._sampler import _check_u64
 from chute.loader._streams import Batch, GathersInto, Stream
 from chute.loader._workers import CLOSE_WAIT, Workers
@@ -65,6 +68,10 @@ def check_timeout(timeout: object) -> float | None:
     return seconds
 
 
+#: Which device stage the calling thread acts for (see `Pipeline.fed_by`).
+_CALLER = threading.local()
+
+
 class Pipeline(Closing):
     """``num_threads`` workers gather and transform up to ``prefetch`` steps ahead; ``next()``
     returns them in step order, so the stream of batches is the same for any threading. An
@@ -92,6 +99,7 @@ class Pipeline(Closing):
         self._pool: Workers | None = None
         self._closed = False
         self._buffers: BatchBuffers | None = None
+        self._owner: weakref.ref[object] | None = None  # the device stage fed, if any
 
     @property
     @abstractmethod
@@ -126,6 +134,7 @@ class Pipeline(Closing):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume at the state's step; refuses a state of a different stream of batches
         (`chute.errors.StateMismatchError`, naming the fields that differ)."""
+        self._check_caller()
         checked = check_state(state, self._STATE, self._config())
         self.seek(_check_u64("the saved step", checked["step"]))
 
@@ -151,8 +160,50 @@ class Pipeline(Closing):
         out = buffers.empty((len(indices), *stream.item_shape), stream.dtype)
         return stream.gather_into(indices, out)
 
+    def attach(self, owner: object) -> None:
+        """Hand the stream to ``owner`` (a device stage, `chute.frameworks.to_device`): from
+        now on only calls it makes through `fed_by` move it. Another stage, or ``next`` /
+        ``seek`` / ``load_state_dict`` called on this loader directly, would split the
+        batches between two consumers: `LoaderInUseError`. Held weakly: a stage dropped
+        without closing frees the loader too."""
+        held = self._holder()
+        if held is not None and held is not owner:
+            raise LoaderInUseError(
+                f"{type(self).__name__} already feeds {held!r}: a second device stage would "
+                "split its batches between the two; close that one first, or use it"
+            )
+        self._owner = weakref.ref(owner)
+
+    def detach(self, owner: object) -> None:
+        """Take the stream back from ``owner`` (its stage closed)."""
+        if self._holder() is owner:
+            self._owner = None
+
+    @contextlib.contextmanager
+    def fed_by(self, owner: object) -> Iterator[None]:
+        """The block's calls come from ``owner``, the stage this stream is attached to."""
+        before = getattr(_CALLER, "owner", None)
+        _CALLER.owner = owner
+        try:
+            yield
+        finally:
+            _CALLER.owner = before
+
+    def _holder(self) -> object | None:
+        return None if self._owner is None else self._owner()
+
+    def _check_caller(self) -> None:
+        held = self._holder()
+        if held is not None and getattr(_CALLER, "owner", None) is not held:
+            raise LoaderInUseError(
+                f"{type(self).__name__} feeds {held!r}: take its batches, seek and resume "
+                "through that stage (or close it first); moving the loader directly would "
+                "split its stream between two consumers"
+            )
+
     def seek(self, step: int) -> None:
         """Make ``step`` the next batch; work queued for other steps is dropped."""
+        self._check_caller()
         self._move(step)
         self._drop_pending()
         self._next_submit = self.step
@@ -163,6 +214,7 @@ class Pipeline(Closing):
     def __next__(self) -> Batch:
         if self._closed:
             raise RuntimeError(f"the {type(self).__name__} is closed")
+        self._check_caller()
         end = self._end
         if end is not None and self.step >= end:
             self._stop_workers()  # a finished pass holds no threads; seek() starts them again
