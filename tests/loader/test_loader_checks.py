@@ -66,6 +66,23 @@ def test_a_sampler_object_is_checked_against_its_shard_and_subset() -> None:
         next(dl)
 
 
+class Grows(Returns):
+    """A sampler object that widens its own ``length`` once the loader has checked it."""
+
+    def indices(self, step: int, start: int = 0, stop: int | None = None) -> Any:
+        self.length = 1000
+        return self.out
+
+
+def test_positions_are_checked_against_the_loaders_records_not_the_samplers_length() -> None:
+    sampler = Grows(np.array([15, 500, 999, 0], np.uint64))
+    with (
+        DataLoader({"x": np.arange(10)}, sampler=sampler) as dl,
+        pytest.raises(chute.errors.SamplerError, match=r"position 999, outside \[0, 10\)"),
+    ):
+        next(dl)
+
+
 def test_batch_sizes_are_positive_integers() -> None:
     streams = {"x": np.arange(10)}
     for bad in (-3, 0):

@@ -68,12 +68,12 @@ def _make_sampler(
 
 
 def _check_positions(
-    sampler: SamplerLike, step: int, span: tuple[int, int], positions: object
+    sampler: SamplerLike, step: int, span: tuple[int, int], positions: object, length: int
 ) -> npt.NDArray[np.uint64]:
     """What ``sampler.indices(step, *span)`` returned, as uint64 positions, once it is
-    known to be ``span``'s count of integers in ``[0, sampler.length)``."""
+    known to be ``span``'s count of integers in ``[0, length)``: the records (or subset
+    members) the loader has, whatever the sampler's own ``length`` says by then."""
     start, stop = span
-    length = sampler.length
     array = np.asarray(positions)
     problem = None
     if array.dtype.kind not in "iu":
@@ -160,7 +160,7 @@ class DataLoader(Pipeline):
                          transform, timeout)  # fmt: skip
         self._length = length = check_streams(self.streams)
         self.subset = None if indices is None else IndexSet(indices, length)
-        space = length if self.subset is None else len(self.subset)
+        self._space = space = length if self.subset is None else len(self.subset)
         self.sampler: SamplerLike = _make_sampler(sampler, space, batch_size, seed)
         if start_step is not None:
             self.sampler.seek(_check_u64("start_step", start_step, end=STEP_END))
@@ -193,7 +193,7 @@ class DataLoader(Pipeline):
 
     def _plan(self, step: int) -> tuple[npt.NDArray[np.uint64], Mapping[str, Any]]:
         positions = _check_positions(
-            self.sampler, step, self._slice, self.sampler.indices(step, *self._slice)
+            self.sampler, step, self._slice, self.sampler.indices(step, *self._slice), self._space
         )
         return (positions if self.subset is None else self.subset.map(positions)), {}
 
