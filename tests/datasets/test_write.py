@@ -211,3 +211,11 @@ def test_a_reader_raises_when_another_dataset_is_renamed_over_its_folder(tmp_pat
         beside.rename(path)
         with pytest.raises(StoreChangedError, match="renamed over"):
             old[np.arange(len(OLD))]
+
+
+def test_an_overwrite_over_a_folder_named_as_the_manifest_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    (path / "dataset.json").mkdir(parents=True)
+    with pytest.raises(UnsafeFileError, match=r"dataset\.json is a folder"):
+        write_dataset(path, OLD, shard_records=10, overwrite=True)
+    assert (path / "dataset.json").is_dir()

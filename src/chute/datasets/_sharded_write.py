@@ -43,7 +43,7 @@ from chute.datasets._sharded_manifest import (
     shard_name,
     write_manifest,
 )
-from chute.errors import StoreKindError
+from chute.errors import StoreKindError, UnsafeFileError
 from chute.store import RecordStore
 from chute.store._format import GEN_FILE, MAX_RECORDS, META_FILE, is_store_file
 from chute.store._write import bump_generation
@@ -77,9 +77,15 @@ def clear(path: Path) -> None:
     `StoreChangedError` on its next read instead of mixing old records and new; only then
     are the shards and the store's files removed. gen.chute itself stays, for those readers.
     """
+    manifest = path / MANIFEST_FILE
+    if manifest.is_dir() and not manifest.is_symlink():
+        raise UnsafeFileError(
+            f"{manifest} is a folder, not a manifest chute wrote: remove it by hand to write "
+            "a dataset here"
+        )
     meta_fd = _lock_store(path)
     try:
-        (path / MANIFEST_FILE).unlink(missing_ok=True)
+        manifest.unlink(missing_ok=True)
         bump_generation(path, durable=True)
         for part in shard_dirs(path):
             remove_shard(part)

@@ -1,7 +1,7 @@
 """Hand a batch to torch or JAX without copying (DLPack), a loader's batches to a device
 with the copies overlapped (`to_device`), and in-place Zarr views to torch or TensorFlow.
 
-Install the framework yourself (``pip install chute[torch]`` or ``chute[jax]``); chute's core
+Install the framework yourself (``pip install 'chute[torch]'`` or ``'chute[jax]'``); chute's core
 never imports one. Every numpy array found in the batch (dict values, tuples such as ragged
 ``(values, row_splits)``, nested dicts) becomes a framework array over the same memory; other
 leaves pass through unchanged. An array DLPack cannot describe (read-only for JAX, byte-swapped,
