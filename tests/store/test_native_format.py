@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import types
 
+import numpy as np
 import pytest
 
 from chute._native import codes
@@ -24,3 +25,23 @@ def test_a_drifted_constant_refuses_the_core(name: str) -> None:
     setattr(drifted, name, getattr(codes, name) + 1)
     with pytest.raises(ImportError, match=f"{name}: compiled"):
         fmt.check_native(drifted)
+
+
+def test_put_entry_writes_one_whole_entry_and_checks_its_buffer() -> None:
+    from chute import _native
+
+    target = np.zeros(64, np.uint8)  # numpy aligns its data to 16 bytes or more
+    _native.put_entry(target, 16, bytes(range(16)))
+    assert target[16:32].tobytes() == bytes(range(16))
+    assert not target[:16].any() and not target[32:].any()
+    for bad, why in [
+        ((target, 16, b"short"), "16 bytes"),
+        ((target, 56, bytes(16)), "past the end"),
+        ((target, 2**63, bytes(16)), "past the end"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            _native.put_entry(*bad)
+    with pytest.raises(BufferError, match="not writable"):
+        _native.put_entry(bytes(64), 16, bytes(16))
+    with pytest.raises(ValueError, match="aligned"):
+        _native.put_entry(target, 8, bytes(16))

@@ -7,10 +7,26 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "compress.h"
 #include "crc32c.h"
 #include "gather.h"
 #include "zstd_api.h"
+
+/* 16 bytes in one store instruction (movdqa; a q-register store elsewhere): a signal is
+ * taken between instructions, so a killed writer cannot leave half of them. */
+static inline void store16(uint8_t *dst, const void *src) {
+#if defined(__SSE2__)
+    _mm_store_si128((__m128i *)dst, _mm_loadu_si128((const __m128i *)src));
+#else
+    __uint128_t v;
+    memcpy(&v, src, 16);
+    __atomic_store_n((__uint128_t *)dst, v, __ATOMIC_RELAXED);
+#endif
+}
 
 #define CDICT_CAPSULE "chute.zstd_cdict"
 #define DDICT_CAPSULE "chute.zstd_ddict"
@@ -379,6 +395,34 @@ static PyObject *store_state(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* put_entry(map, offset, entry): one 16-byte entry of meta.zr's table or of the checksum
+ * sidecar, written at byte `offset` of the writable map in a single store instruction. A
+ * process killed at any moment then leaves the old entry or the new one, never the fields of
+ * one beside the fields of the other (numpy assigns a structured element field by field). */
+static PyObject *put_entry(PyObject *self, PyObject *args) {
+    PyObject *obj;
+    unsigned long long offset;
+    Py_buffer entry;
+    if (!PyArg_ParseTuple(args, "OKy*", &obj, &offset, &entry)) return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(obj, &b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&entry);
+        return NULL;
+    }
+    const char *error = NULL;
+    if (entry.len != 16)
+        error = "an entry is 16 bytes";
+    else if (offset > (unsigned long long)b.len || (unsigned long long)b.len - offset < 16)
+        error = "the entry lies past the end of the map";
+    else if (((uintptr_t)b.buf + offset) % 16)
+        error = "the entry is not 16-byte aligned in the map";
+    if (!error) store16((uint8_t *)b.buf + offset, entry.buf);
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&entry);
+    if (error) return PyErr_Format(PyExc_ValueError, "put_entry: %s", error);
+    Py_RETURN_NONE;
+}
+
 /* The store's generation (a u64 at byte 8 of gen.chute), bumped before a delete, compaction
  * or reset changes anything a reader may have read, and checked by readers after each read. */
 static PyObject *load_generation(PyObject *self, PyObject *obj) {
@@ -424,6 +468,7 @@ static PyMethodDef methods[] = {
     {"crc32c", crc32c, METH_VARARGS, "CRC-32C of a buffer."},
     {"load_state", load_state, METH_O, "Read a header's (tail_chunk, tail_offset, length)."},
     {"store_state", store_state, METH_VARARGS, "Publish a header's state in one step."},
+    {"put_entry", put_entry, METH_VARARGS, "Write one 16-byte entry in one store."},
     {"load_generation", load_generation, METH_O, "Read gen.chute's generation."},
     {"store_generation", store_generation, METH_VARARGS, "Publish a new generation."},
     {NULL, NULL, 0, NULL},

@@ -402,9 +402,9 @@ class Writer:
             self._stamp_sums(in_step=False)
             for i in idx[::-1].tolist():
                 last = self.length - 1
-                if i != last:
-                    table[i] = table[last]
-                    sums[i] = sums[last]
+                if i != last:  # each entry whole in one store: a kill never leaves half
+                    _put(files.meta, fmt.HEADER_SIZE, i, table[last : last + 1])
+                    _put(self._sums_map(), fmt.SUMS_HEADER.size, i, sums[last : last + 1])
                 _native.store_state(files.meta, self.tail_chunk, self.tail_offset, last)
                 self.length = last
             self._stamp_sums()
@@ -516,10 +516,21 @@ class Writer:
         self._relocate(index, chunk, offset)
 
     def _relocate(self, index: int, chunk: int, offset: int) -> None:
+        """Point entry ``index`` (and its checksum's place) at ``chunk``/``offset``, each
+        entry whole in one store: a kill between two fields would point at other bytes."""
         sums, table = self._sums(), self.files.table
+        assert self.files.meta is not None
         if sums["valid"][index] and _same_place(sums[index], table[index]):
-            sums["chunk_id"][index], sums["offset"][index] = chunk, offset
-        table["chunk_id"][index], table["offset"][index] = chunk, offset
+            moved = sums[index : index + 1].copy()
+            moved["chunk_id"], moved["offset"] = chunk, offset
+            _put(self._sums_map(), fmt.SUMS_HEADER.size, index, moved)
+        moved = table[index : index + 1].copy()
+        moved["chunk_id"], moved["offset"] = chunk, offset
+        _put(self.files.meta, fmt.HEADER_SIZE, index, moved)
+
+    def _sums_map(self) -> mmap.mmap:
+        assert self.files.sums_map is not None
+        return self.files.sums_map
 
     # ---- durability ----------------------------------------------------------------
 
@@ -531,6 +542,12 @@ class Writer:
             self.files.meta.flush()
         if self.files.sums_map is not None:
             self.files.sums_map.flush()
+
+
+def _put(target: mmap.mmap, header: int, index: int, entry: npt.NDArray[np.void]) -> None:
+    """Replace entry ``index`` of a table (16-byte entries after ``header`` bytes) by the one
+    in ``entry`` (a 1-element array), in a single store instruction."""
+    _native.put_entry(target, header + entry.itemsize * index, entry.tobytes())
 
 
 class _Report:
