@@ -53,13 +53,15 @@ Options = dict[str, Any]
 """The per-shard writer's keyword arguments (codec, chunk_bytes, dict_size, level ...)."""
 
 
-def check_sharding(shard_records: int | None, workers: int | None) -> None:
+def check_sharding(shard_records: int | None, workers: int | None) -> tuple[int | None, int | None]:
+    """``(shard_records, workers)`` checked, as ints (a numpy integer would not go into the
+    manifest's JSON)."""
     if shard_records is None:
         if workers is not None:
             raise ValueError("workers= writes shards in parallel: it needs shard_records=")
-        return
-    check_int("shard_records", shard_records, minimum=1, maximum=MAX_RECORDS)
-    check_optional_int("workers", workers, minimum=1)
+        return None, None
+    records = check_int("shard_records", shard_records, minimum=1, maximum=MAX_RECORDS)
+    return records, check_optional_int("workers", workers, minimum=1)
 
 
 def clear(path: Path) -> None:
