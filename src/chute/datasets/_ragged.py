@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from chute._util.renamed import legacy_arguments
 from chute.datasets._index import check_indices
 from chute.datasets._view import StoreView
 from chute.errors import CorruptStoreError
@@ -94,10 +95,11 @@ class RaggedDataset(StoreView):
 
     _ragged = True
 
+    @legacy_arguments(renamed={"threads": "num_threads"})
     def __init__(
-        self, path: str | os.PathLike[str], *, verify: bool = False, threads: int | None = None
+        self, path: str | os.PathLike[str], *, verify: bool = False, num_threads: int | None = None
     ) -> None:
-        super().__init__(path, verify=verify, threads=threads)
+        super().__init__(path, verify=verify, num_threads=num_threads)
         self._row_bytes = self._dtype.itemsize * math.prod(self._item_shape)
         if self._row_bytes == 0:
             self.close()

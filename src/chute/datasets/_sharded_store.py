@@ -19,8 +19,10 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from chute._util.checks import check_optional_int
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
+from chute._util.renamed import legacy_arguments
 from chute._util.safe_open import inside
 from chute._util.waiting import wait_all
 from chute.datasets._schema import read_schema
@@ -49,8 +51,9 @@ class ShardedStore(Closing):
     ([9, 0, 5], (0, 1, 2))
     """
 
+    @legacy_arguments(renamed={"threads": "num_threads"})
     def __init__(
-        self, path: str | os.PathLike[str], *, verify: bool = False, threads: int | None = None
+        self, path: str | os.PathLike[str], *, verify: bool = False, num_threads: int | None = None
     ) -> None:
         self._path = Path(path)
         # gen.chute before the manifest: an overwrite removes the manifest before it raises
@@ -66,7 +69,8 @@ class ShardedStore(Closing):
         self._starts = self._manifest.starts()
         self._length = int(self._starts[-1])
         self._verify = verify
-        self._threads = threads if threads and threads > 0 else usable_cores()
+        threads = check_optional_int("num_threads", num_threads, minimum=1)
+        self._threads = threads or usable_cores()
         self._executor: ThreadPoolExecutor | None = None
         self._executor_pid = 0
         self._stores: list[RecordStore | None] = [None] * len(self._manifest.shards)
@@ -133,7 +137,7 @@ class ShardedStore(Closing):
         ours = self._manifest.schema
         if any(schema.get(k) != ours.get(k) for k in ("dtype", "shape", "item_shape", "ragged")):
             raise CorruptStoreError(f"{where}/schema.json disagrees with the dataset's manifest")
-        store = RecordStore(where, mode="r", verify=self._verify, threads=self._threads)
+        store = RecordStore(where, mode="r", verify=self._verify, num_threads=self._threads)
         have = len(store)
         # The last shard may hold more: an append committed records to it and stopped before
         # the manifest (the commit point) was rewritten. Those records are not the dataset's.

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from chute._util.checks import check_int, check_optional_int
 from chute._util.fs import fsync_dir, lock_exclusive
 from chute._util.safe_open import create_regular
 from chute.datasets._one_store import write_records, write_rows
@@ -52,19 +53,15 @@ Options = dict[str, Any]
 """The per-shard writer's keyword arguments (codec, chunk_bytes, dict_size, level ...)."""
 
 
-def check_sharding(shard_records: int | None, workers: int | None) -> None:
+def check_sharding(shard_records: int | None, workers: int | None) -> tuple[int | None, int | None]:
+    """``(shard_records, workers)`` checked, as ints (a numpy integer would not go into the
+    manifest's JSON)."""
     if shard_records is None:
         if workers is not None:
             raise ValueError("workers= writes shards in parallel: it needs shard_records=")
-        return
-    if isinstance(shard_records, bool) or not isinstance(shard_records, int):
-        raise TypeError(f"shard_records must be an int, got {type(shard_records).__name__}")
-    if not 1 <= shard_records <= MAX_RECORDS:
-        raise ValueError(f"shard_records must be in [1, {MAX_RECORDS}], got {shard_records}")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)):
-        raise TypeError(f"workers must be an int, got {type(workers).__name__}")
-    if workers is not None and workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
+        return None, None
+    records = check_int("shard_records", shard_records, minimum=1, maximum=MAX_RECORDS)
+    return records, check_optional_int("workers", workers, minimum=1)
 
 
 def clear(path: Path) -> None:

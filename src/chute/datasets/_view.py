@@ -9,7 +9,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from chute._util.checks import check_optional_int
 from chute._util.closing import Closing
+from chute._util.renamed import legacy_arguments
 from chute.datasets._schema import read_schema
 from chute.datasets._sharded_manifest import is_sharded
 from chute.datasets._sharded_store import ShardedStore
@@ -18,7 +20,7 @@ from chute.store import RecordStore
 
 
 def _reopen(cls: type[StoreView], path: str, verify: bool, threads: int | None) -> StoreView:
-    return cls(path, verify=verify, threads=threads)
+    return cls(path, verify=verify, num_threads=threads)
 
 
 class StoreView(Closing):
@@ -26,11 +28,15 @@ class StoreView(Closing):
 
     _ragged: ClassVar[bool]
 
+    @legacy_arguments(renamed={"threads": "num_threads"})
     def __init__(
-        self, path: str | os.PathLike[str], *, verify: bool = False, threads: int | None = None
+        self, path: str | os.PathLike[str], *, verify: bool = False, num_threads: int | None = None
     ) -> None:
+        threads = check_optional_int("num_threads", num_threads, minimum=1)
         path = Path(path)
-        sharded = ShardedStore(path, verify=verify, threads=threads) if is_sharded(path) else None
+        sharded = (
+            ShardedStore(path, verify=verify, num_threads=threads) if is_sharded(path) else None
+        )
         schema = sharded.schema if sharded is not None else read_schema(path)
         if bool(schema.get("ragged")) != self._ragged:
             kind, opener = (
@@ -52,7 +58,7 @@ class StoreView(Closing):
         self._store: RecordStore | ShardedStore = (
             sharded
             if sharded is not None
-            else RecordStore(path, mode="r", verify=verify, threads=threads)
+            else RecordStore(path, mode="r", verify=verify, num_threads=threads)
         )
 
     @property

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.progress import Progress
+from chute._util.renamed import legacy_arguments
 from chute.datasets._fixed import Dataset
 from chute.datasets._one_store import (
     BYTES,
@@ -62,10 +63,10 @@ BytesRecords = Sequence[bytes | bytearray | memoryview]
 def write_dataset(
     path: str | os.PathLike[str],
     array: BytesRecords,
+    *,
     codec: str | None = None,
     chunk_bytes: int = 64 << 20,
     dict_size: int | None = None,
-    *,
     mode: WriteMode = "w",
     level: int | None = None,
     overwrite: bool = False,
@@ -77,10 +78,10 @@ def write_dataset(
 def write_dataset(
     path: str | os.PathLike[str],
     array: Any,
+    *,
     codec: str | None = None,
     chunk_bytes: int = 64 << 20,
     dict_size: int | None = None,
-    *,
     mode: WriteMode = "w",
     level: int | None = None,
     overwrite: bool = False,
@@ -88,13 +89,14 @@ def write_dataset(
     shard_records: int | None = None,
     workers: int | None = None,
 ) -> Dataset: ...
+@legacy_arguments(positional=("codec", "chunk_bytes", "dict_size"))
 def write_dataset(
     path: str | os.PathLike[str],
     array: Any,
+    *,
     codec: str | None = None,
     chunk_bytes: int = 64 << 20,
     dict_size: int | None = None,
-    *,
     mode: WriteMode = "w",
     level: int | None = None,
     overwrite: bool = False,
@@ -138,13 +140,13 @@ def write_dataset(
     """
     if _is_bytes_records(array):
         return write_ragged(
-            path, array, np.uint8, (),
-            codec, chunk_bytes, dict_size, mode=mode, level=level, overwrite=overwrite,
+            path, array, dtype=np.uint8, item_shape=(), codec=codec, chunk_bytes=chunk_bytes,
+            dict_size=dict_size, mode=mode, level=level, overwrite=overwrite,
             shard_records=shard_records, workers=workers, progress=progress,
         )  # fmt: skip
     path = Path(path)
     array, _, _, _ = describe_rows(array)
-    check_sharding(shard_records, workers)
+    shard_records, workers = check_sharding(shard_records, workers)
     options: dict[str, Any] = {
         "codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size, "level": level
     }  # fmt: skip
@@ -168,15 +170,16 @@ def _is_bytes_records(array: Any) -> bool:
     )
 
 
+@legacy_arguments(positional=("dtype", "item_shape", "codec", "chunk_bytes", "dict_size"))
 def write_ragged(
     path: str | os.PathLike[str],
     arrays: Iterable[Any],
+    *,
     dtype: npt.DTypeLike | None = None,
     item_shape: tuple[int, ...] | None = None,
     codec: str | None = None,
     chunk_bytes: int = 64 << 20,
     dict_size: int | None = None,
-    *,
     mode: WriteMode = "w",
     level: int | None = None,
     overwrite: bool = False,
@@ -208,7 +211,7 @@ def write_ragged(
     path = Path(path)
     want_dtype = None if dtype is None else np.dtype(dtype)
     want_shape = None if item_shape is None else tuple(int(d) for d in item_shape)
-    check_sharding(shard_records, workers)
+    shard_records, workers = check_sharding(shard_records, workers)
     records = checked_records(arrays, want_dtype, want_shape)
     first = next(records, None)
     if first is None and (want_dtype is None or want_shape is None):

@@ -18,9 +18,8 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
-import numpy as np
-
 from chute._util.buffers import Allocate, BatchBuffers
+from chute._util.checks import check_int
 from chute._util.closing import Closing
 from chute._util.waiting import first_failure
 from chute.loader._pipeline import MAX_PREFETCH
@@ -149,14 +148,11 @@ class _Pipeline:
 def _check_depth(depth: int) -> int:
     """``depth`` as an int in ``[1, MAX_PREFETCH]``: it is bounded as ``prefetch`` is, since
     each copy in flight holds a whole batch of host and device memory."""
-    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)):
-        raise TypeError(f"depth must be an int (copies in flight), got {depth!r}")
-    if not 1 <= depth <= MAX_PREFETCH:
-        raise ValueError(
-            f"depth must be in [1, {MAX_PREFETCH}] copies, got {depth}: each copy in flight "
-            "holds a batch in host and device memory, and 2-3 are enough to hide the copies"
-        )
-    return int(depth)
+    return check_int(
+        "depth", depth, minimum=1, maximum=MAX_PREFETCH, unit=" copies",
+        why=": each copy in flight holds a batch in host and device memory, and 2-3 are "
+        "enough to hide the copies",
+    )  # fmt: skip
 
 
 class DeviceLoader(Closing):

@@ -8,6 +8,7 @@ from chute.errors import BadChunkError
 
 from ._dataset import InSituDataset
 from ._geometry import ArrayGeometry, open_geometries, valid_anchor_range
+from ._options import InSituOptions
 from ._pool import ChunkPool, PoolStats
 from ._split import SplitManifest, split_by_chunk
 from ._transforms import Batch, BatchTransform, ChunkTransform, StandardScaler
@@ -22,6 +23,7 @@ __all__ = [
     "ChunkTransform",
     "InSituConfig",
     "InSituDataset",
+    "InSituOptions",
     "PoolStats",
     "SplitManifest",
     "SplitView",

@@ -18,14 +18,16 @@ from typing import Any, Literal
 import numpy as np
 
 from chute._util.buffers import Allocate, BatchBuffers
+from chute._util.checks import check_int
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
 from chute._util.process_slice import SliceSpec, resolve_slice
+from chute._util.renamed import legacy_arguments
 from chute._util.state import check_state, make_state
 
 from ._aio import run_sync
 from ._geometry import ArrayGeometry, read_geometries, valid_anchor_range
-from ._options import archive_stamp, check_keywords, check_positive, identity_of
+from ._options import InSituOptions, archive_stamp, check_keywords, identity_of
 from ._plan import OrderSpec, SlabUse, sample_order, slab_use, working_set
 from ._pool import ChunkPool
 from ._report import limiting_stage
@@ -82,6 +84,7 @@ class InSituDataset(Closing):
     >>> ds.close()
     """
 
+    @legacy_arguments(renamed={"prefetch_depth": "prefetch", "decode_threads": "num_threads"})
     def __init__(
         self,
         url: StoreLike,
@@ -93,26 +96,39 @@ class InSituDataset(Closing):
         max_inflight: int | None = None,
         seed: int = 0,
         shuffle: bool = True,
-        prefetch_depth: int = 2,
+        prefetch: int = 2,
         cache_budget_bytes: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         chunk_transforms: Sequence[ChunkTransform] = (),
         batch_transforms: Sequence[BatchTransform] = (),
         shard: SliceSpec = None,
         on_bad_chunk: Literal["raise", "skip"] = "raise",
-        decode_threads: int | None = None,
+        num_threads: int | None = None,
+        options: InSituOptions | None = None,
         **store_kwargs: Any,
     ) -> None:
         check_keywords(url, store_kwargs, _keywords())
-        check_positive(batch_size=batch_size, prefetch_depth=prefetch_depth)
-        check_positive(block_chunks=block_chunks, max_inflight=max_inflight)
-        check_positive(decode_threads=decode_threads, cache_budget_bytes=cache_budget_bytes)
-        if on_bad_chunk not in ("raise", "skip"):
-            raise ValueError(f"on_bad_chunk must be 'raise' or 'skip', got {on_bad_chunk!r}")
-        if not isinstance(shuffle, bool):
-            raise TypeError(f"shuffle must be True or False, got {shuffle!r}")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise TypeError(f"seed must be an int, got {seed!r}")
+        given = InSituOptions(
+            batch_size=batch_size, block_chunks=block_chunks, max_inflight=max_inflight,
+            seed=seed, shuffle=shuffle, prefetch=prefetch, cache_budget_bytes=cache_budget_bytes,
+            cache_dir=cache_dir, chunk_transforms=chunk_transforms,
+            batch_transforms=batch_transforms, shard=shard, on_bad_chunk=on_bad_chunk,
+            num_threads=num_threads, store_options=store_kwargs,
+        )  # fmt: skip
+        if options is None:
+            options = given
+        elif given != InSituOptions():
+            raise TypeError(
+                "InSituDataset() takes its options as options= or as keywords, not both"
+            )
+        elif not isinstance(options, InSituOptions):
+            raise TypeError(f"options= takes an InSituOptions, got {type(options).__name__}")
+        else:
+            check_keywords(url, options.store_options, _keywords())
+        self.options = o = options
+        batch_size, block_chunks, max_inflight = o.batch_size, o.block_chunks, o.max_inflight
+        cache_budget_bytes, shard, on_bad_chunk = o.cache_budget_bytes, o.shard, o.on_bad_chunk
+        chunk_transforms, batch_transforms = o.chunk_transforms, o.batch_transforms
         try:
             index, count = resolve_slice(shard)
         except (TypeError, ValueError) as exc:
@@ -125,7 +141,7 @@ class InSituDataset(Closing):
             )
         self.snapshot_id: str | None = None if session is None else str(session.snapshot_id)
         self.manifest = _as_manifest(manifest)
-        self.store = CountingStore(open_store(url, **store_kwargs))
+        self.store = CountingStore(open_store(url, **o.store_options))
         name = store_name(url)
         self.geometries = self._check_geometries(
             dict(geometries) if geometries is not None else read_geometries(self.store, name),
@@ -157,15 +173,15 @@ class InSituDataset(Closing):
             batch_size=batch_size,
             block_chunks=block_chunks,
             max_inflight=max_inflight,
-            decode_threads=decode_threads or cores,
-            prefetch_depth=prefetch_depth,
+            decode_threads=o.num_threads or cores,
+            prefetch_depth=o.prefetch,
             cache_budget_bytes=cache_budget_bytes or 1,
             budget_is_automatic=cache_budget_bytes is None,
-            seed=int(seed),
-            shuffle=shuffle,
+            seed=int(o.seed),
+            shuffle=o.shuffle,
             shard=None if count == 1 else (index, count),
             on_bad_chunk=on_bad_chunk,
-            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            cache_dir=None if o.cache_dir is None else os.fspath(o.cache_dir),
         )
         needed = max(self._required_bytes(v) for v in VIEWS)
         if cache_budget_bytes is None:
@@ -229,8 +245,7 @@ class InSituDataset(Closing):
 
         Refused while a pass is open: close or finish its iterator first.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
-            raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
+        epoch = check_int("epoch", epoch)
         self._refuse_if_open("set_epoch()")
         self._epoch = epoch
         self._positions = dict.fromkeys(VIEWS, 0)

@@ -7,16 +7,20 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
+import numpy as np
 from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, ObjectStore
 
+from chute._util.checks import check_optional_int
+from chute._util.process_slice import SliceSpec
+
 from ._geometry import ArrayGeometry
 from ._store import StoreLike, check_store_options, is_store_option
-from ._transforms import ChunkTransform
+from ._transforms import BatchTransform, ChunkTransform
 
 # insitubatch options chute does not take, and why (an error says so instead of "unknown")
 NOT_TAKEN = {
@@ -24,6 +28,49 @@ NOT_TAKEN = {
     "readonly_cache": "every process sharing a cache_dir may decode a missing chunk",
     "reset_stale_cache": "a cache_dir pool is cleared when its last process leaves",
 }
+
+
+@dataclass(frozen=True, kw_only=True)
+class InSituOptions:
+    """`InSituDataset`'s options as one value (``options=``), checked when made: ints are
+    ints (not bools) in range, ``on_bad_chunk`` and ``shuffle`` one of their values.
+    Unset ``block_chunks``, ``max_inflight``, ``cache_budget_bytes`` and ``num_threads``
+    are derived from the cores, the chunk size and the budget; ``store_options`` go to the
+    store of an ``s3://`` URL (``endpoint=``, ``region=`` ...).
+
+    >>> InSituOptions(batch_size=8, prefetch=4).batch_size
+    8
+    >>> InSituOptions(batch_size=True)
+    Traceback (most recent call last):
+    TypeError: batch_size must be an int, got True
+    """
+
+    batch_size: int = 32
+    block_chunks: int | None = None
+    max_inflight: int | None = None
+    seed: int = 0
+    shuffle: bool = True
+    prefetch: int = 2
+    cache_budget_bytes: int | None = None
+    cache_dir: str | os.PathLike[str] | None = None
+    chunk_transforms: Sequence[ChunkTransform] = ()
+    batch_transforms: Sequence[BatchTransform] = ()
+    shard: SliceSpec = None
+    on_bad_chunk: Literal["raise", "skip"] = "raise"
+    num_threads: int | None = None
+    store_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "block_chunks", "max_inflight", "prefetch", "num_threads"):
+            object.__setattr__(self, name, check_optional_int(name, getattr(self, name), minimum=1))
+        budget = check_optional_int("cache_budget_bytes", self.cache_budget_bytes, minimum=1)
+        object.__setattr__(self, "cache_budget_bytes", budget)
+        if self.on_bad_chunk not in ("raise", "skip"):
+            raise ValueError(f"on_bad_chunk must be 'raise' or 'skip', got {self.on_bad_chunk!r}")
+        if not isinstance(self.shuffle, bool):
+            raise TypeError(f"shuffle must be True or False, got {self.shuffle!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int, got {self.seed!r}")
 
 
 def check_keywords(
@@ -74,12 +121,6 @@ def identity_of(
         sort_keys=True,
         default=str,
     )
-
-
-def check_positive(**values: int | None) -> None:
-    for name, value in values.items():
-        if value is not None and (not isinstance(value, int) or value <= 0):
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 _METADATA = ("zarr.json", ".zarray", ".zgroup", ".zattrs")  # Zarr v3's document, then v2's

@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.process_slice import SliceSpec, resolve_slice
+from chute._util.renamed import legacy_arguments
 from chute._util.state import StateLayout
 from chute.loader._pipeline import Pipeline
 from chute.loader._sampler import _check_u64
@@ -40,6 +41,7 @@ class EvalPass(Pipeline):
 
     _STATE = StateLayout("EvalPass", (1,), ("step",), ours="pass")
 
+    @legacy_arguments()
     def __init__(
         self,
         streams: Mapping[str, Stream | npt.NDArray[Any]],

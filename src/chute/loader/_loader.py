@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.process_slice import SliceSpec, resolve_slice
+from chute._util.renamed import legacy_arguments
 from chute._util.state import StateLayout
 from chute.errors import SamplerError
 from chute.loader._evaluate import EvalPass, Last
@@ -95,6 +96,10 @@ def _check_positions(
     return array.astype(np.uint64, copy=False)
 
 
+#: The arguments after ``batch_size``, in the order they could be passed by position.
+_POSITIONAL = ("sampler", "seed", "start_step", "num_threads", "prefetch", "transform", "shard")
+
+
 class DataLoader(Pipeline):
     """Yields dict batches forever; the batch at step s depends only on (configuration, s).
 
@@ -133,10 +138,12 @@ class DataLoader(Pipeline):
 
     _STATE = StateLayout("DataLoader", (2, 1), ("step",), ours="loader")  # 1: before subsets
 
+    @legacy_arguments(positional=_POSITIONAL)
     def __init__(
         self,
         streams: Mapping[str, Stream | npt.NDArray[Any]],
         batch_size: int | None = None,
+        *,
         sampler: SamplerMode | SamplerLike = "cyclic",
         seed: int | None = None,
         start_step: int | None = None,
@@ -144,7 +151,6 @@ class DataLoader(Pipeline):
         prefetch: int | None = None,
         transform: Callable[[Batch], Batch] | None = None,
         shard: SliceSpec = None,
-        *,
         indices: npt.ArrayLike | None = None,
         timeout: float | None = None,
         **renamed: Any,
@@ -152,7 +158,7 @@ class DataLoader(Pipeline):
         if renamed:
             given: dict[str, Any] = {"num_threads": num_threads, "prefetch": prefetch}
             given["sampler"] = None if isinstance(sampler, str) and sampler == "cyclic" else sampler
-            moved = translate(renamed, given)
+            moved = translate(renamed, given, [*_POSITIONAL, "indices", "timeout"])
             num_threads = moved.get("num_threads", num_threads)
             prefetch = moved.get("prefetch", prefetch)
             sampler = moved.get("sampler", sampler)

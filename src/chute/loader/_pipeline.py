@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.buffers import BatchBuffers
+from chute._util.checks import check_int
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
 from chute._util.state import StateLayout, check_state, make_state
@@ -37,20 +38,13 @@ MAX_PREFETCH = 256
 
 def check_prefetch(prefetch: object, num_threads: object) -> tuple[int, int]:
     """Validated ``(prefetch, num_threads)``; ``num_threads=None`` is min(prefetch, cores)."""
-    if isinstance(prefetch, bool) or not isinstance(prefetch, (int, np.integer)):
-        raise TypeError(f"prefetch must be an int (batches built ahead), got {prefetch!r}")
-    if not 1 <= prefetch <= MAX_PREFETCH:
-        raise ValueError(
-            f"prefetch must be in [1, {MAX_PREFETCH}] batches, got {prefetch}: every batch "
-            "ahead is held in memory, and 2-8 are enough to keep the workers busy"
-        )
+    ahead = check_int(
+        "prefetch", prefetch, minimum=1, maximum=MAX_PREFETCH, unit=" batches",
+        why=": every batch ahead is held in memory, and 2-8 are enough to keep the workers busy",
+    )  # fmt: skip
     if num_threads is None:
-        num_threads = min(int(prefetch), usable_cores())
-    if isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)):
-        raise TypeError(f"num_threads must be an int, got {num_threads!r}")
-    if not 1 <= num_threads <= MAX_PREFETCH:
-        raise ValueError(f"num_threads must be in [1, {MAX_PREFETCH}], got {num_threads}")
-    return int(prefetch), int(num_threads)
+        return ahead, min(ahead, usable_cores())
+    return ahead, check_int("num_threads", num_threads, minimum=1, maximum=MAX_PREFETCH)
 
 
 def check_timeout(timeout: object) -> float | None:

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._native import fill as _fill
+from chute._util.checks import check_int
 from chute._util.state import StateLayout, check_state, make_state
 
 __all__ = ["Sampler", "SamplerLike", "SamplerMode", "StepSampler", "WeightedSampler"]
@@ -34,13 +35,7 @@ _WEIGHTED_DOMAIN = 0x5765696768746564  # keeps weighted draws apart from iid dra
 def _check_u64(name: str, value: int, minimum: int = 0, end: int = _U64) -> int:
     """``value`` as an int in ``[minimum, end)``, ``end`` being 2**64 or just below it (the
     loader's last step); bool refused, numpy integers taken."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    value = int(value)
-    if not minimum <= value < end:
-        bound = "2**64" if end == _U64 else f"2**64 - {_U64 - end}"
-        raise ValueError(f"{name} must be in [{minimum}, {bound}), got {value}")
-    return value
+    return check_int(name, value, minimum=minimum, maximum=end - 1)
 
 
 def mode_from_code(code: object, argument: str, stacklevel: int = 3) -> SamplerMode:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from chute._util.checks import check_int
 from chute.loader._sampler import Sampler
 
 
@@ -57,8 +58,7 @@ def split(n: int, fractions: Sequence[float], seed: int = 0) -> list[npt.NDArray
     >>> len(train), len(val), sorted([*train, *val]) == list(range(10))
     (8, 2, True)
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    n = check_int("n", n, minimum=1)
     given: list[Any] = list(fractions)
     if not given or any(isinstance(f, bool) or not isinstance(f, numbers.Real) for f in given):
         raise ValueError(f"fractions must be numbers in [0, 1], got {fractions!r}")
@@ -67,7 +67,7 @@ def split(n: int, fractions: Sequence[float], seed: int = 0) -> list[npt.NDArray
         raise ValueError(f"fractions must be numbers in [0, 1], got {fractions!r}")
     if not math.isclose(math.fsum(parts), 1.0, abs_tol=1e-9):
         raise ValueError(f"fractions must add up to 1, got {math.fsum(parts)}")
-    order = Sampler(int(n), int(n), "cyclic", seed).indices(0).astype(np.int64)
+    order = Sampler(n, n, "cyclic", seed).indices(0).astype(np.int64)
     edges = [round(n * math.fsum(parts[:i])) for i in range(len(parts) + 1)]
     edges[-1] = int(n)
     return [np.sort(order[a:b]) for a, b in itertools.pairwise(edges)]

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from chute._util.checks import check_int
 from chute._util.safe_open import create_regular
 
 from . import _config
@@ -47,9 +48,7 @@ class CompactingWriter(StreamingWriter):
         config: _config.ConfigArg = "config.json",
         allow_resume_finalized: bool = False,
     ) -> None:
-        if isinstance(hotsize, bool) or not isinstance(hotsize, int) or hotsize <= 0:
-            raise ValueError(f"hotsize must be a positive int, got {hotsize!r}")
-        self._hotsize = hotsize
+        self._hotsize = check_int("hotsize", hotsize, minimum=1)
         self._row: dict[str, Value] = {}
         self._pending: list[Row] = []
         self._inflight: threading.Thread | None = None

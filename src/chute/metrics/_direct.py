@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import operator
 import os
 import struct
+
+from chute._util.checks import check_int
 
 from . import _config
 from ._columns import encode_values
@@ -44,8 +45,7 @@ class DirectWriter(StreamingWriter):
         config: _config.ConfigArg = "config.json",
         allow_resume_finalized: bool = False,
     ) -> None:
-        if isinstance(write_threads, bool) or operator.index(write_threads) < 0:
-            raise ValueError(f"write_threads must be a non-negative int, got {write_threads!r}")
+        check_int("write_threads", write_threads)
         super().__init__(outdir, step, config, allow_resume_finalized)
         self._deferred: list[tuple[str, Value, str]] = []
 

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from chute._util.checks import check_int
 from chute._util.closing import Closing
 from chute.errors import CorruptRunError, RunFileMissingError
 
@@ -183,10 +184,7 @@ class Reader(Closing):
 
     def approx_max_rows(self, nprobes: int = 12) -> int:
         """Cheap estimate of the row count of the most frequent metric (hot rows excluded)."""
-        if isinstance(nprobes, bool) or not isinstance(nprobes, (int, np.integer)):
-            raise TypeError(f"nprobes must be an integer, got {nprobes!r}")
-        if nprobes < 0:
-            raise ValueError(f"nprobes must be >= 0, got {nprobes}")
+        nprobes = check_int("nprobes", nprobes)
         m = self._raw_manifest()
         if isinstance(m.get("run_rows"), int):
             return int(m["run_rows"])

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from chute._util.renamed import legacy_arguments
 from chute.datasets import Dataset, RaggedDataset, is_sharded
 from chute.datasets._internal import check_sharding, clear, writer_lock
 from chute.errors import ColumnTypeError
@@ -26,28 +28,34 @@ from chute.store._internal import parse_codec
 __all__ = ["ColumnTypeError", "open_columns", "read_dataset", "write_dataset"]
 
 
+@legacy_arguments(
+    renamed={"rows_per_shard": "shard_records", "ray_ds": "dataset"},
+    positional=("columns", "codec", "shard_records"),
+)
 def write_dataset(
-    ray_ds: Any,
     path: str | os.PathLike[str],
+    dataset: Any,
+    *,
     columns: list[str] | None = None,
     codec: str = "zstd",
-    rows_per_shard: int = 1 << 16,
-    *,
+    shard_records: int = 1 << 16,
     ragged: Collection[str] = (),
     overwrite: bool = False,
     ray_remote_args: dict[str, Any] | None = None,
     concurrency: int | None = None,
 ) -> dict[str, Dataset | RaggedDataset]:
-    """Convert ``ray_ds`` (a ``ray.data.Dataset``) through Ray's Datasink API; returns the
-    columns opened with chute.
+    """Convert ``dataset`` (a ``ray.data.Dataset``) through Ray's Datasink API into ``path``;
+    returns the columns opened with chute. The arguments come in `chute.write_dataset`'s
+    order (path, then data); the old order ``(ray_ds, path)`` and ``rows_per_shard=`` still
+    work, with a `DeprecationWarning`.
 
-    Write tasks run on the cluster, each writing whole shards of ``rows_per_shard`` rows (so
+    Write tasks run on the cluster, each writing whole shards of ``shard_records`` rows (so
     ``path`` must be a filesystem every worker sees); the manifests are written once every
     task has succeeded, and a retried task's leftovers are never part of the result. Row
-    order is ``ray_ds``'s order. Columns of numeric arrays of one shape become
+    order is ``dataset``'s order. Columns of numeric arrays of one shape become
     `chute.Dataset` streams; columns of variable-length arrays (and those named in
     ``ragged``) become `chute.RaggedDataset` streams. ``ray_remote_args`` and
-    ``concurrency`` go to ``ray_ds.write_datasink``. One conversion into ``path`` runs at a
+    ``concurrency`` go to ``dataset.write_datasink``. One conversion into ``path`` runs at a
     time: a second, while one runs, gets `StoreLockedError` before it touches anything.
 
     Skipped as a doctest: it starts a Ray cluster (``tests/ray`` runs it on a local one).
@@ -57,14 +65,23 @@ def write_dataset(
     >>> from chute.ray import write_dataset
     >>> items = [{"x": np.full(3, i), "tokens": np.arange(i % 7 + 1)} for i in range(100)]
     >>> rows = ray.data.from_items(items, override_num_blocks=4)  # doctest: +SKIP
-    >>> cols = write_dataset(rows, "/data/conv", rows_per_shard=32)  # doctest: +SKIP
+    >>> cols = write_dataset("/data/conv", rows, shard_records=32)  # doctest: +SKIP
     >>> cols["x"].shape, type(cols["tokens"]).__name__  # doctest: +SKIP
     ((100, 3), 'RaggedDataset')
     """
     from chute.ray._sink import ChuteDatasink
 
+    if not isinstance(path, (str, os.PathLike)) and isinstance(dataset, (str, os.PathLike)):
+        warnings.warn(
+            "chute.ray.write_dataset(ray_ds, path) is the old order: pass (path, ray_ds), as "
+            "chute.write_dataset takes (path, array)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        path, dataset = dataset, path
+    ray_ds = dataset
     path = Path(path)
-    check_sharding(rows_per_shard, None)
+    shard_records = check_sharding(shard_records, None)[0] or shard_records
     parse_codec(codec)
     if not overwrite:
         _refuse_occupied(path)  # before even the lock file is made in a folder not ours
@@ -74,7 +91,7 @@ def write_dataset(
             _remove_conversion(path)
         else:
             _refuse_occupied(path)  # one may have finished while this call took the lock
-        sink = ChuteDatasink(path, columns, codec, rows_per_shard, frozenset(ragged))
+        sink = ChuteDatasink(path, columns, codec, shard_records, frozenset(ragged))
         options = ray_ds.context.execution_options
         keep = options.preserve_order
         options.preserve_order = True  # write tasks in row order: task order is shard order

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.fs import lock_exclusive, write_file_atomic
+from chute._util.renamed import legacy_arguments
 from chute._util.safe_open import create_regular, read_regular
 from chute.datasets import Dataset, RaggedDataset
 from chute.datasets._internal import checksum_of
@@ -123,12 +124,13 @@ def read_columns(path: str | os.PathLike[str]) -> tuple[list[tuple[str, str]], i
     return columns, int(doc["records"])
 
 
+@legacy_arguments(renamed={"threads": "num_threads"})
 def open_columns(
     path: str | os.PathLike[str],
     columns: list[str] | None = None,
     *,
     verify: bool = False,
-    threads: int | None = None,
+    num_threads: int | None = None,
 ) -> dict[str, Dataset | RaggedDataset]:
     """A converted dataset's columns opened with chute, ready as `chute.DataLoader` streams.
 
@@ -150,7 +152,7 @@ def open_columns(
     opened: dict[str, Dataset | RaggedDataset] = {}
     for name in names:
         view = Dataset if known[name] == "fixed" else RaggedDataset
-        opened[name] = view(path / name, verify=verify, threads=threads)
+        opened[name] = view(path / name, verify=verify, num_threads=num_threads)
         if len(opened[name]) != records:
             raise CorruptStoreError(
                 f"{path / name} holds {len(opened[name])} records; {COLUMNS_FILE} says {records}"

@@ -19,9 +19,11 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._native import codes
+from chute._util.checks import check_optional_int
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
 from chute._util.fs import lock_shared_wait, unlock
+from chute._util.renamed import legacy_arguments
 from chute._util.safe_open import open_regular
 from chute.errors import (
     CorruptStoreError,
@@ -89,6 +91,7 @@ class RecordStore(Closing):
         durable: fsync between the steps of every write (survives power loss, slower).
     """
 
+    @legacy_arguments(renamed={"threads": "num_threads"})
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -97,7 +100,7 @@ class RecordStore(Closing):
         codec: str | fmt.Codec = "zstd",
         level: int | None = None,
         verify: bool = False,
-        threads: int | None = None,
+        num_threads: int | None = None,
         durable: bool = False,
     ) -> None:
         if mode not in ("r", "a", "w"):
@@ -108,7 +111,7 @@ class RecordStore(Closing):
         self._codec = fmt.parse_codec(codec)
         self._level = _check_level(level)
         self._verify = verify
-        self._threads = threads if threads and threads > 0 else usable_cores()
+        self._threads = check_optional_int("num_threads", num_threads, minimum=1) or usable_cores()
         self._durable = durable
         self._closed = True
         self._lock = threading.RLock()
