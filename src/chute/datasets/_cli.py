@@ -65,12 +65,15 @@ def verify_report(path: Path, quiet: bool) -> dict[str, Any]:
         contextlib.closing(open_source(path)) as source,
         Progress(None, f"verify {path.name}", show=not quiet) as bar,
     ):
-        return as_document(source.verify(progress=bar.callback()))
+        report = source.verify(progress=bar.callback())
+        # a shard without checksums is damage (chute always writes them): it is reported
+        # among the parts, so only a single store can lack them
+        return as_document(report, "parts" in report or source.has_checksums)
 
 
-def as_document(report: VerifyReport) -> dict[str, Any]:
+def as_document(report: VerifyReport, has_checksums: bool) -> dict[str, Any]:
     """A `VerifyReport` as ``chute verify --json`` writes it (``shards`` for a sharded one)."""
-    parts = report["parts"]
+    parts = report.get("parts", [])
     firsts = [part["first"] for part in parts]
     damaged: list[dict[str, Any]] = [
         {"index": None, "shard": part["name"], "message": part["message"]}
@@ -88,7 +91,7 @@ def as_document(report: VerifyReport) -> dict[str, Any]:
         "checked": report["checked"],
         "unchecked": report["unchecked"],
         "damaged": damaged,
-        "has_checksums": report["has_checksums"],
+        "has_checksums": has_checksums,
     }
     if parts:
         doc["shards"] = [

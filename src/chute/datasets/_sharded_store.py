@@ -371,9 +371,9 @@ class ShardedStore(Closing):
         says, its checksums lost) is reported among ``parts`` as ``"unreadable"``, and the
         others are still checked. ``progress(done, total)`` gets the decoded bytes so far."""
         self._check_open()
+        parts: list[PartReport] = []
         report: VerifyReport = {
-            "records": self._length, "checked": 0, "unchecked": 0, "damaged": [],
-            "has_checksums": True, "parts": [],
+            "records": self._length, "checked": 0, "unchecked": 0, "damaged": [], "parts": parts
         }  # fmt: skip
         base = [0]  # bytes of the shards already verified: one count over the dataset
 
@@ -386,7 +386,7 @@ class ShardedStore(Closing):
             part: PartReport = {
                 "name": name, "first": first, "records": n, "state": "ok", "message": None
             }  # fmt: skip
-            report["parts"].append(part)
+            parts.append(part)
             self._check_changed()
             try:
                 store = self.shard(i)
@@ -400,7 +400,6 @@ class ShardedStore(Closing):
             report["damaged"] += [(first + local, message) for local, message in one["damaged"]]
             report["checked"] += one["checked"]
             report["unchecked"] += one["unchecked"]
-            report["has_checksums"] &= one["has_checksums"]
             if one["damaged"]:
                 part["state"] = "damaged"
         self._check_changed()

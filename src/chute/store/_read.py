@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -187,17 +187,16 @@ class VerifyReport(TypedDict):
     """What every record source's ``verify()`` returns (the same keys from each).
 
     ``checked`` records decoded and matched their checksum, ``unchecked`` decoded but had
-    none to match, ``damaged`` lists ``(index, message)`` of the rest by global index;
-    ``parts`` lists the parts of a source made of several (empty for one store), among
-    them any that could not be verified at all (their records are in no count).
+    none to match, ``damaged`` lists ``(index, message)`` of the rest by global index. A
+    source of several parts (a sharded dataset) adds ``parts``, one `PartReport` each, among
+    them any part that could not be verified at all (its records are in no count).
     """
 
     records: int
     checked: int
     unchecked: int
     damaged: list[tuple[int, str]]
-    has_checksums: bool
-    parts: list[PartReport]
+    parts: NotRequired[list[PartReport]]
 
 
 #: Bytes decoded per step of `verify`: a damaged record costs re-decoding at most this much.
@@ -246,11 +245,4 @@ def verify(
     if snap.sums is None:
         unchecked = n - len(damaged)
     checked = n - unchecked - len(damaged)
-    return {
-        "records": n,
-        "checked": checked,
-        "unchecked": unchecked,
-        "damaged": damaged,
-        "has_checksums": snap.sums is not None,
-        "parts": [],
-    }
+    return {"records": n, "damaged": damaged, "unchecked": unchecked, "checked": checked}

@@ -378,11 +378,11 @@ class RecordStore(Closing):
         """Decode every record and check its checksum; report, rather than raise, damage.
 
         Returns a `VerifyReport`: ``records``, ``checked`` (decoded and matched a checksum),
-        ``unchecked`` (decoded, no checksum to match: written by another tool), ``damaged``,
-        a list of ``(index, message)``, ``has_checksums``, and ``parts`` (empty: one store is
-        one part); the three counts add up to ``records``. A store chute wrote
-        whose checksum sidecar is damaged or gone raises `CorruptStoreError`. ``progress(done,
-        total)``, if given, gets the decoded bytes after every step of about 16 MiB.
+        ``unchecked`` (decoded, no checksum to match: written by another tool) and
+        ``damaged``, a list of ``(index, message)``; the three counts add up to ``records``.
+        A store chute wrote whose checksum sidecar is damaged or gone raises
+        `CorruptStoreError`. ``progress(done, total)``, if given, gets the decoded bytes
+        after every step of about 16 MiB.
         """
         self._check_open()
         if not self._writable:
