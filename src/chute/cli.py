@@ -16,7 +16,7 @@ import numpy as np
 from chute._util.progress import Progress
 from chute.datasets import _cli as sharded
 from chute.datasets import is_sharded, write_dataset
-from chute.datasets._internal import read_schema
+from chute.datasets._internal import RecordSchema
 from chute.errors import ChuteError
 from chute.store import RecordStore
 from chute.store._internal import CODEC_NAMES
@@ -50,13 +50,7 @@ def _info_one(path: Path) -> dict[str, Any]:
     with RecordStore(path, mode="r") as store:
         stats = store.stats()
     try:
-        schema = read_schema(path)
-        shape = schema.get("item_shape", schema.get("shape", ()))
-        stats["schema"] = {
-            "kind": "ragged" if schema.get("ragged") else "fixed",
-            "dtype": str(schema["dtype"]),
-            "shape": list(shape),
-        }
+        stats["schema"] = sharded.schema_report(RecordSchema.read(path))
     except ChuteError:
         stats["schema"] = None
     return stats
@@ -91,16 +85,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _verify_one(path: Path, quiet: bool) -> dict[str, Any]:
-    if is_sharded(path):
-        return sharded.verify_report(path, quiet)
-    with (
-        RecordStore(path, mode="r") as store,
-        Progress(None, f"verify {path.name}", show=not quiet) as bar,
-    ):
-        report = store.verify(progress=bar.callback())
-        report["has_checksums"] = store.has_checksums
-    report["damaged"] = [{"index": i, "message": m} for i, m in report["damaged"]]
-    return report
+    return sharded.verify_report(path, quiet)
 
 
 def _print_verify(path: Path, report: dict[str, Any]) -> None:

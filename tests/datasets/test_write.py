@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+import chute
 from chute import (
     Dataset,
     RaggedDataset,
@@ -219,3 +220,24 @@ def test_an_overwrite_over_a_folder_named_as_the_manifest_names_it(tmp_path: Pat
     with pytest.raises(UnsafeFileError, match=r"dataset\.json is a folder"):
         write_dataset(path, OLD, shard_records=10, overwrite=True)
     assert (path / "dataset.json").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ({"mode": "a", "overwrite": True}, ValueError),
+        ({"mode": "x"}, ValueError),
+        ({}, FileExistsError),
+    ],
+)
+def test_one_store_and_sharded_writers_refuse_a_write_mode_in_the_same_words(
+    tmp_path: Path, args: dict[str, Any], error: type[Exception]
+) -> None:
+    messages = []
+    for sharding in ({}, {"shard_records": 2}):
+        path = tmp_path / f"d{len(messages)}"
+        chute.write_dataset(path, np.zeros((3, 2)), **sharding).close()
+        with pytest.raises(error) as caught:
+            chute.write_dataset(path, np.zeros((3, 2)), **args, **sharding)  # type: ignore[arg-type]
+        messages.append(str(caught.value).replace(str(path), "PATH"))
+    assert messages[0] == messages[1]

@@ -5,8 +5,12 @@ One store (`chute.store.RecordStore`) or a sharded dataset (many stores and a ma
 read either the same way; `write_dataset` / `write_ragged` write one store, or shards with
 ``shard_records=``; `append_dataset` / `append_ragged` grow a sharded dataset.
 
-Inside, the modules import downwards only: ``_schema`` (schema.json) and ``_index`` (the
-index normaliser); ``_one_store`` (writing one store); ``_sharded_manifest``,
+Every dataset reads a `RecordSource` (``_source``: one store, or the shards of a sharded
+dataset; a remote source next) and knows its records by a `RecordSchema` (``_schema``, the
+one reader and writer of schema.json).
+
+Inside, the modules import downwards only: ``_schema`` (schema.json) and ``_source`` (the
+record-source protocol); ``_one_store`` (writing one store); ``_sharded_manifest``,
 ``_sharded_store``, ``_sharded_write``; ``_view`` (what both dataset kinds share);
 ``_fixed`` and ``_ragged`` (the two views); ``_writers`` (the public writers) on top.
 
@@ -19,8 +23,10 @@ index normaliser); ``_one_store`` (writing one store); ``_sharded_manifest``,
 
 from chute.datasets._fixed import Dataset
 from chute.datasets._ragged import Packed, RaggedDataset, pad
+from chute.datasets._schema import RecordSchema
 from chute.datasets._sharded_manifest import Manifest, is_sharded, read_manifest
 from chute.datasets._sharded_store import ShardedStore
+from chute.datasets._source import RecordSource
 from chute.datasets._writers import append_dataset, append_ragged, write_dataset, write_ragged
 
 __all__ = [
@@ -28,6 +34,8 @@ __all__ = [
     "Manifest",
     "Packed",
     "RaggedDataset",
+    "RecordSchema",
+    "RecordSource",
     "ShardedStore",
     "append_dataset",
     "append_ragged",

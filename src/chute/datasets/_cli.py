@@ -1,17 +1,21 @@
-"""``chute info``, ``verify`` and ``compact`` over a sharded dataset: per shard and in total."""
+"""``chute info``, ``verify`` and ``compact`` over a sharded dataset (per shard and in total),
+and the verify report of any record source."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+from bisect import bisect_right
 from pathlib import Path
 from typing import Any
 
 from chute._util.progress import Progress
+from chute.datasets._schema import RecordSchema
 from chute.datasets._sharded_manifest import read_manifest
-from chute.datasets._sharded_store import ShardedStore
+from chute.datasets._sharded_store import ShardedStore, open_source
 from chute.datasets._sharded_write import recover, writer_lock
-from chute.errors import ChuteError
 from chute.store import RecordStore
+from chute.store._internal import VerifyReport
 
 
 def _mib(n: int) -> str:
@@ -23,15 +27,15 @@ def info_report(path: Path) -> dict[str, Any]:
     with ShardedStore(path) as store:
         m = store.manifest
         stats = store.stats()
-    schema = m.schema
-    stats["schema"] = {
-        "kind": "ragged" if schema.get("ragged") else "fixed",
-        "dtype": str(schema["dtype"]),
-        "shape": list(schema.get("item_shape", schema.get("shape", ()))),
-    }
+    stats["schema"] = schema_report(m.schema)
     stats["shard_records"] = m.shard_records
     stats["shard_names"] = [name for name, _ in m.shards]
     return stats
+
+
+def schema_report(schema: RecordSchema) -> dict[str, Any]:
+    """A schema as ``chute info`` shows it: kind, dtype and record shape."""
+    return {"kind": schema.kind, "dtype": str(schema.dtype), "shape": list(schema.item_shape)}
 
 
 def print_info(stats: dict[str, Any]) -> None:
@@ -54,44 +58,47 @@ def print_info(stats: dict[str, Any]) -> None:
 
 
 def verify_report(path: Path, quiet: bool) -> dict[str, Any]:
-    """Check the manifest, then every shard's length and records; damage never stops it.
-    Damaged records are named by their global index and their shard."""
-    manifest = read_manifest(path)
-    damaged: list[dict[str, Any]] = []
-    shards: list[dict[str, Any]] = []
-    checked = unchecked = 0
-    starts = manifest.starts()
-    with ShardedStore(path) as store, Progress(None, f"verify {path.name}", show=not quiet) as bar:
-        base = 0  # bytes of the shards already verified: one bar over the whole dataset
-        for i, (name, n) in enumerate(manifest.shards):
-            start = int(starts[i])
+    """Verify the store or sharded dataset at ``path`` through its `RecordSource`; damage
+    never stops it. A damaged record is named by its index (and, in a sharded dataset, its
+    shard and index there); a shard that could not be verified at all, by its name."""
+    with (
+        contextlib.closing(open_source(path)) as source,
+        Progress(None, f"verify {path.name}", show=not quiet) as bar,
+    ):
+        report = source.verify(progress=bar.callback())
+        # a shard without checksums is damage (chute always writes them): it is reported
+        # among the parts, so only a single store can lack them
+        return as_document(report, "parts" in report or source.has_checksums)
 
-            def moved(done: int, total: int, base: int = base) -> None:
-                bar.reached(base + done, base + total)
 
-            try:
-                report = store.shard(i).verify(progress=moved)
-                base += int(store.shard(i).stats()["logical_bytes"])
-            except ChuteError as e:
-                damaged.append({"index": None, "shard": name, "message": str(e)})
-                shards.append({"name": name, "records": n, "state": "damaged"})
-                continue
-            for local, message in report["damaged"]:
-                damaged.append(
-                    {"index": start + local, "shard": name, "local": local, "message": message}
-                )
-            checked += report["checked"]
-            unchecked += report["unchecked"]
-            state = "damaged" if report["damaged"] else "ok"
-            shards.append({"name": name, "records": n, "state": state})
-    return {
-        "records": manifest.records,
-        "checked": checked,
-        "unchecked": unchecked,
+def as_document(report: VerifyReport, has_checksums: bool) -> dict[str, Any]:
+    """A `VerifyReport` as ``chute verify --json`` writes it (``shards`` for a sharded one)."""
+    parts = report.get("parts", [])
+    firsts = [part["first"] for part in parts]
+    damaged: list[dict[str, Any]] = [
+        {"index": None, "shard": part["name"], "message": part["message"]}
+        for part in parts
+        if part["state"] == "unreadable"
+    ]
+    for index, message in report["damaged"]:
+        item: dict[str, Any] = {"index": index, "message": message}
+        if parts:
+            part = parts[bisect_right(firsts, index) - 1]
+            item.update(shard=part["name"], local=index - part["first"])
+        damaged.append(item)
+    doc: dict[str, Any] = {
+        "records": report["records"],
+        "checked": report["checked"],
+        "unchecked": report["unchecked"],
         "damaged": damaged,
-        "shards": shards,
-        "has_checksums": True,
+        "has_checksums": has_checksums,
     }
+    if parts:
+        doc["shards"] = [
+            {"name": part["name"], "records": part["records"], "state": part["state"]}
+            for part in parts
+        ]
+    return doc
 
 
 def print_verify(report: dict[str, Any]) -> None:

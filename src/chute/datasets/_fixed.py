@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from chute.datasets._index import check_indices, index_bounds
 from chute.datasets._view import StoreView
-from chute.errors import OutBufferError
+from chute.errors import OutBufferError, RecordIndexError
+from chute.store._internal import check_indices
 
 __all__ = ["Dataset"]
 
@@ -77,21 +77,6 @@ class Dataset(StoreView):
         self._store.gather(idx, out)
         return out
 
-    def _flat(self, indices: Any) -> npt.NDArray[np.int64]:
-        idx = np.asarray(indices)
-        if idx.dtype.kind not in "iu":
-            if idx.size:
-                raise TypeError(f"dataset indices must be integers, got {idx.dtype}")
-            idx = idx.astype(np.int64)
-        flat = idx.reshape(-1)
-        n = self._seen
-        bounds = index_bounds(flat) if flat.size else None
-        if bounds is None or bounds[0] < 0 or bounds[1] >= n:
-            # only then ask the store (a writer may have appended since): the batch path
-            # skips re-reading the header when every index is below a length already seen
-            self._seen = n = len(self)
-        return check_indices(flat, n, bounds)
-
     def __getitem__(self, key: Any) -> npt.NDArray[Any]:
         rest: tuple[Any, ...] = ()
         if isinstance(key, tuple):
@@ -112,7 +97,9 @@ class Dataset(StoreView):
             idx = np.asarray(key)
             if idx.dtype == np.bool_:
                 if idx.shape != (n,):
-                    raise IndexError(f"boolean mask of shape {idx.shape} does not match ({n},)")
+                    raise RecordIndexError(
+                        f"boolean mask of shape {idx.shape} does not match ({n},)"
+                    )
                 idx = np.flatnonzero(idx)
             elif idx.dtype.kind not in "iu":
                 if idx.size or idx.dtype != np.float64:  # [] arrives as an empty float array

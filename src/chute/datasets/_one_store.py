@@ -20,10 +20,10 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.progress import STEP_BYTES, Progress
-from chute.datasets._schema import check_plain_dtype, read_schema, write_schema
+from chute.datasets._schema import RecordSchema, check_plain_dtype
 from chute.errors import SchemaMismatchError, StoreKindError
 from chute.store import Codec, RecordStore
-from chute.store._internal import MAX_RECORD, codec_name, parse_codec, sample_rows
+from chute.store._internal import check_record_bytes, codec_name, parse_codec, sample_rows
 
 BYTES = (bytes, bytearray, memoryview)
 """Records given as byte strings: stored as ``uint8`` rows, byte for byte."""
@@ -31,61 +31,67 @@ BYTES = (bytes, bytearray, memoryview)
 WriteMode = Literal["w", "a"]
 """``"w"`` writes a new store (an existing one only with ``overwrite=True``); ``"a"`` appends."""
 
-_KEYS = ("ragged", "dtype", "shape", "item_shape")
+
+def check_write_mode(mode: str, overwrite: bool) -> None:
+    """The one check of a writer's ``mode`` and ``overwrite`` (one store or sharded)."""
+    if mode not in ("w", "a"):
+        raise ValueError(f"mode must be 'w' (write a new store) or 'a' (append), got {mode!r}")
+    if mode == "a" and overwrite:
+        raise ValueError("overwrite=True replaces the dataset and mode='a' appends to it: pick one")
 
 
-def describe(doc: dict[str, Any]) -> str:
-    shape = doc.get("item_shape", doc.get("shape", ()))
-    kind = "variable-length " if doc.get("ragged") else ""
-    return f"{kind}{np.dtype(doc['dtype'])} records of shape {tuple(shape)}"
+def occupied_error(path: Path) -> FileExistsError:
+    """The one refusal to write over an existing dataset without ``overwrite=True``."""
+    return FileExistsError(
+        f"{path} exists and is not empty; pass mode='a' to append to it or overwrite=True "
+        "to replace it"
+    )
+
+
+def check_kept_codec(path: Path, stored: str, codec: str | None) -> Codec:
+    """The codec an append to a dataset written with ``stored`` uses: its own (``codec``,
+    where given, must name it)."""
+    if codec is not None and codec_name(parse_codec(codec)) != stored:
+        raise ValueError(
+            f"{path} is written with codec {stored!r}; appending keeps it (leave codec= out)"
+        )
+    return parse_codec(stored)
 
 
 def open_for_writing(
     path: Path,
-    fields: dict[str, Any],
+    schema: RecordSchema,
     *,
     mode: WriteMode,
     overwrite: bool,
     codec: str | None,
     level: int | None,
 ) -> tuple[RecordStore, Codec]:
-    """The store at ``path`` open for appending records described by ``fields``, and its codec.
+    """The store at ``path`` open for appending records described by ``schema`` (its codec
+    aside), and its codec.
 
-    A new store gets ``fields`` (and the codec) as its schema.json. With ``mode="a"`` an
+    A new store gets ``schema`` (with the codec) as its schema.json. With ``mode="a"`` an
     existing store must have the same kind, dtype and record shape, and keeps its codec.
     """
-    if mode not in ("w", "a"):
-        raise ValueError(f"mode must be 'w' (write a new store) or 'a' (append), got {mode!r}")
-    if mode == "a" and overwrite:
-        raise ValueError("overwrite=True replaces the store and mode='a' appends to it: pick one")
+    check_write_mode(mode, overwrite)
     fresh = not path.exists() or (path.is_dir() and not any(path.iterdir()))
     if mode == "a" and not fresh:
-        existing = read_schema(path)
-        ours = {**fields, "dtype": np.dtype(fields["dtype"])}
-        if bool(existing.get("ragged")) != bool(fields.get("ragged")):
-            opener = "write_ragged" if existing.get("ragged") else "write_dataset"
-            raise StoreKindError(f"{path} holds {describe(existing)}: append with {opener}")
-        if any(existing.get(k) != (tuple(v) if isinstance(v, list) else v)
-               for k, v in ours.items() if k in _KEYS):  # fmt: skip
+        existing = RecordSchema.read(path)
+        if existing.ragged != schema.ragged:
+            opener = "write_ragged" if existing.ragged else "write_dataset"
+            raise StoreKindError(f"{path} holds {existing.describe()}: append with {opener}")
+        if not existing.same_records(schema):
             raise SchemaMismatchError(
-                f"{path} holds {describe(existing)}; cannot append {describe(fields)}"
+                f"{path} holds {existing.describe()}; cannot append {schema.describe()}"
             )
-        stored = str(existing.get("codec", "zstd"))
-        if codec is not None and codec_name(parse_codec(codec)) != stored:
-            raise ValueError(
-                f"{path} is written with codec {stored!r}; appending keeps it (leave codec= out)"
-            )
-        c = parse_codec(stored)
+        c = check_kept_codec(path, existing.codec, codec)
         return RecordStore(path, mode="a", codec=c, level=level), c
     if not fresh and not overwrite:
-        raise FileExistsError(
-            f"{path} exists and is not empty; pass mode='a' to append to it or overwrite=True "
-            "to replace it"
-        )
+        raise occupied_error(path)
     c = parse_codec("zstd" if codec is None else codec)
     store = RecordStore(path, mode="w", codec=c, level=level)
     try:
-        write_schema(path, {**fields, "codec": codec_name(c)})
+        schema.with_codec(codec_name(c)).write(path)
     except BaseException:
         store.close()
         raise
@@ -103,8 +109,7 @@ def describe_rows(array: Any) -> tuple[Any, np.dtype[Any], tuple[int, ...], int]
         raise ValueError("write_dataset needs an array with at least one axis (a record per row)")
     check_plain_dtype(dtype)
     row_bytes = dtype.itemsize * math.prod(shape[1:])
-    if row_bytes > MAX_RECORD:
-        raise ValueError(f"one row is {row_bytes} bytes; the Zrecord format caps a record at 1 MiB")
+    check_record_bytes(row_bytes, what="one row")
     return array, dtype, shape, row_bytes
 
 
@@ -130,10 +135,10 @@ def write_rows(
     n = shape[0]
     rows_per_read = max(1, chunk_bytes // max(row_bytes, 1))
     rows_per_step = max(1, min(chunk_bytes, STEP_BYTES) // max(row_bytes, 1))
-    fields = {"dtype": dtype.str, "shape": list(shape[1:])}
+    schema = RecordSchema(dtype=dtype, item_shape=shape[1:])
     with guard or contextlib.nullcontext():
         store, c = open_for_writing(
-            path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
+            path, schema, mode=mode, overwrite=overwrite, codec=codec, level=level
         )
     with store, Progress(n * row_bytes, f"write {path.name}", show=progress) as bar:
         if c is Codec.ZSTD_DICT and not store.has_dict and n:
@@ -167,10 +172,10 @@ def write_records(
 ) -> int:
     """Write ``records`` (checked by `checked_records` and `within_cap`) as one store of
     variable-length records at ``path``, ``chunk_bytes`` at a time; returns how many."""
-    fields = {"ragged": True, "dtype": dtype.str, "item_shape": list(item_shape)}
+    schema = RecordSchema(dtype=dtype, item_shape=item_shape, ragged=True)
     with guard or contextlib.nullcontext():
         store, c = open_for_writing(
-            path, fields, mode=mode, overwrite=overwrite, codec=codec, level=level
+            path, schema, mode=mode, overwrite=overwrite, codec=codec, level=level
         )
     with store, Progress(None, f"write {path.name}", show=progress) as bar:
         pending: list[npt.NDArray[Any]] = []
@@ -219,10 +224,7 @@ def checked_records(
 def within_cap(records: Iterable[npt.NDArray[Any]]) -> Iterator[npt.NDArray[Any]]:
     """The records, checked against the format's record cap by their index in the set."""
     for i, record in enumerate(records):
-        if record.nbytes > MAX_RECORD:
-            raise ValueError(
-                f"record {i} is {record.nbytes} bytes; the Zrecord format caps a record at 1 MiB"
-            )
+        check_record_bytes(record.nbytes, i)
         yield record
 
 

@@ -17,7 +17,6 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.renamed import legacy_arguments
-from chute.datasets._index import check_indices
 from chute.datasets._view import StoreView
 from chute.errors import CorruptStoreError
 
@@ -106,15 +105,9 @@ class RaggedDataset(StoreView):
             raise CorruptStoreError(f"{self._path}/schema.json describes zero-byte rows")
 
     def _indices(self, key: Any) -> npt.NDArray[np.int64]:
-        n = len(self)
         if isinstance(key, slice):
-            return np.arange(n, dtype=np.int64)[key]
-        idx = np.asarray(key)
-        if idx.dtype == np.bool_ or not np.issubdtype(idx.dtype, np.integer):
-            if idx.size:
-                raise TypeError(f"dataset indices must be integers, got {idx.dtype}")
-            return np.empty(0, np.int64)
-        return check_indices(idx, n)
+            return np.arange(len(self), dtype=np.int64)[key]
+        return self._flat(key)
 
     def _rows(self, byte_counts: npt.NDArray[Any], what: str) -> npt.NDArray[np.int64]:
         rows, rest = np.divmod(byte_counts.astype(np.int64), self._row_bytes)

@@ -41,7 +41,7 @@ import numpy.typing as npt
 
 from chute._util.fs import write_file_atomic
 from chute._util.safe_open import read_regular
-from chute.datasets._schema import parse_schema
+from chute.datasets._schema import RecordSchema
 from chute.errors import (
     CorruptStoreError,
     IncompleteDatasetError,
@@ -113,9 +113,13 @@ class Manifest:
     [0, 4, 8, 10]
     """
 
-    schema: dict[str, Any]
+    schema: RecordSchema
     shard_records: int
     shards: tuple[tuple[str, int], ...]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.schema, dict):  # schema fields as a manifest holds them
+            object.__setattr__(self, "schema", RecordSchema.from_fields(self.schema, "schema"))
 
     @property
     def records(self) -> int:
@@ -128,12 +132,10 @@ class Manifest:
         return out
 
     def to_bytes(self) -> bytes:
-        schema = {k: (v.str if isinstance(v, np.dtype) else v) for k, v in self.schema.items()}
-        schema = {k: (list(v) if isinstance(v, tuple) else v) for k, v in schema.items()}
         fields: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,
-            "schema": schema,
+            "schema": self.schema.to_fields(),
             "shard_records": self.shard_records,
             "records": self.records,
             "shards": [{"name": name, "records": n} for name, n in self.shards],
@@ -160,7 +162,7 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     >>> path = tempfile.mkdtemp() + "/many"
     >>> chute.write_dataset(path, np.zeros((10, 3), np.float32), shard_records=5).close()
     >>> m = read_manifest(path)
-    >>> [name for name, _ in m.shards], m.schema["dtype"], m.schema["shape"]
+    >>> [name for name, _ in m.shards], m.schema.dtype, m.schema.item_shape
     (['part-00000.zr', 'part-00001.zr'], dtype('float32'), (3,))
     """
     path = Path(path)
@@ -192,7 +194,7 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     try:
         shards = tuple((str(s["name"]), int(s["records"])) for s in doc["shards"])
         cap, total = int(doc["shard_records"]), int(doc["records"])
-        schema = parse_schema(dict(doc["schema"]), str(file))
+        schema = RecordSchema.from_fields(doc["schema"], str(file))
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptStoreError(f"{file} lacks or mangles a field: {e!r}") from None
     names = [name for name, _ in shards]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,12 +25,21 @@ from chute._util.cores import usable_cores
 from chute._util.renamed import legacy_arguments
 from chute._util.safe_open import inside
 from chute._util.waiting import wait_all
-from chute.datasets._schema import read_schema
-from chute.datasets._sharded_manifest import Manifest, read_manifest
-from chute.errors import CorruptStoreError, StoreChangedError, StoreClosedError
+from chute.datasets._schema import RecordSchema
+from chute.datasets._sharded_manifest import Manifest, is_sharded, read_manifest
+from chute.datasets._source import RecordSource
+from chute.errors import ChuteError, CorruptStoreError, StoreChangedError, StoreClosedError
 from chute.store import RecordStore
 from chute.store._files import StoreFiles
-from chute.store._internal import check_out, out_stride
+from chute.store._internal import (
+    IndexLike,
+    PartReport,
+    VerifyReport,
+    as_indices,
+    check_indices,
+    check_out,
+    out_stride,
+)
 
 _Part = tuple[int, RecordStore, npt.NDArray[np.intp], npt.NDArray[np.int64]]
 _Split = Iterator[_Part]
@@ -38,8 +47,9 @@ _T = TypeVar("_T")
 
 
 class ShardedStore(Closing):
-    """A read-only sharded dataset's records: ``len``, ``gather``, ``gather_packed``,
-    ``gather_into``, ``lengths``, ``stats`` and ``verify`` over the global index space.
+    """A read-only sharded dataset's records: a `RecordSource` (``len``, ``gather``,
+    ``gather_packed``, ``gather_into``, ``lengths``, ``stats``, ``verify``) over the global
+    index space, with the same signatures and reports as `chute.RecordStore`.
 
     ``opened_shards`` and ``gathers`` tell which shards were opened and how many native
     gathers each served (how a multi-host run checks it reads only its own shards).
@@ -90,8 +100,18 @@ class ShardedStore(Closing):
         return self._manifest
 
     @property
-    def schema(self) -> dict[str, Any]:
-        return dict(self._manifest.schema)
+    def schema(self) -> RecordSchema:
+        return self._manifest.schema
+
+    @property
+    def supports_writes(self) -> bool:
+        """False: a sharded dataset is written by `chute.write_dataset` and `append_*`."""
+        return False
+
+    @property
+    def supports_growth(self) -> bool:
+        """False: the manifest read at opening fixes the length (reopen to see appends)."""
+        return False
 
     @property
     def opened_shards(self) -> tuple[int, ...]:
@@ -133,9 +153,7 @@ class ShardedStore(Closing):
                 f"{self._path} is another folder than this reader opened (one was renamed over "
                 "it): its shards belong to another dataset; reopen the dataset"
             )
-        schema = read_schema(where)
-        ours = self._manifest.schema
-        if any(schema.get(k) != ours.get(k) for k in ("dtype", "shape", "item_shape", "ragged")):
+        if not RecordSchema.read(where).same_records(self._manifest.schema):
             raise CorruptStoreError(f"{where}/schema.json disagrees with the dataset's manifest")
         store = RecordStore(where, mode="r", verify=self._verify, num_threads=self._threads)
         have = len(store)
@@ -174,19 +192,8 @@ class ShardedStore(Closing):
         self._check_changed()
         return result
 
-    def _as_indices(self, indices: Any) -> npt.NDArray[np.int64]:
-        arr = np.asarray(indices)
-        if arr.dtype.kind not in "iu":
-            if arr.size == 0:
-                return np.empty(0, np.int64)
-            raise TypeError(f"record indices must be integers, got {arr.dtype}")
-        idx = arr.reshape(-1).astype(np.int64, copy=False)
-        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._length):
-            bad = idx[(idx < 0) | (idx >= self._length)]
-            raise IndexError(
-                f"record index {int(bad[0])} is out of range for {self._length} records"
-            )
-        return idx
+    def _as_indices(self, indices: IndexLike) -> npt.NDArray[np.int64]:
+        return check_indices(as_indices(indices), self._length, negative=False)
 
     def _split(self, idx: npt.NDArray[np.int64]) -> _Split:
         """Per touched shard: its number, store, the batch positions it fills, local indices."""
@@ -209,7 +216,7 @@ class ShardedStore(Closing):
         with self._lock:
             self._gathers[shard] += 1
 
-    def lengths(self, indices: Any) -> npt.NDArray[np.uint32]:
+    def lengths(self, indices: IndexLike) -> npt.NDArray[np.uint32]:
         """Logical (decoded) byte size of each record."""
         idx = self._as_indices(indices)
         out = np.empty(idx.size, np.uint32)
@@ -221,21 +228,34 @@ class ShardedStore(Closing):
 
         return self._guarded(read)
 
-    def gather(self, indices: Any, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
-        """Decode equal-size records into the rows of ``out`` (C-contiguous, n rows)."""
+    def gather(
+        self,
+        indices: IndexLike,
+        out: npt.NDArray[Any] | None = None,
+        *,
+        threads: int | None = None,
+    ) -> npt.NDArray[Any]:
+        """Decode equal-size records into the rows of ``out`` (C-contiguous, n rows; a new
+        (n, size) uint8 array if None) on ``threads`` cores (default: the handle's)."""
         idx = self._as_indices(indices)
+        if out is None:
+            size = int(self.lengths(idx[:1])[0]) if idx.size else 0
+            out = np.empty((idx.size, size), np.uint8)
         check_out(out)
         if idx.size == 0:
             return out
         stride = out_stride(out, idx.size)
-        self._guarded(lambda: self._gather(idx, out, stride))
+        dst = out
+        self._guarded(lambda: self._gather(idx, dst, stride, threads or self._threads))
         return out
 
-    def _gather(self, idx: npt.NDArray[np.int64], out: npt.NDArray[Any], stride: int) -> None:
+    def _gather(
+        self, idx: npt.NDArray[np.int64], out: npt.NDArray[Any], stride: int, threads: int
+    ) -> None:
         parts = list(self._split(idx))
         if len(parts) == 1:  # one shard: the plain gather, which checks every size itself
             self._count(parts[0][0])
-            parts[0][1].gather(parts[0][3], out)
+            parts[0][1].gather(parts[0][3], out, threads=threads)
             return
         for s, store, pos, local in parts:  # every size checked before any byte is written
             sizes = store.lengths(local) if self._uniform[s] != stride else None
@@ -248,22 +268,33 @@ class ShardedStore(Closing):
                 )
         self._run(
             parts,
-            lambda store, pos, local, threads: store.gather_into(
-                local, out, pos * stride, threads=threads
+            lambda store, pos, local, cores: store.gather_into(
+                local, out, pos * stride, threads=cores
             ),
+            threads,
         )
 
-    def gather_packed(self, indices: Any) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+    def gather_packed(
+        self, indices: IndexLike, *, threads: int | None = None
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
         """Decode records of any sizes end to end: ``(values, offsets)`` with n+1 offsets."""
         idx = self._as_indices(indices)
         offsets = np.zeros(idx.size + 1, np.uint64)
         np.cumsum(self.lengths(idx), out=offsets[1:])
         values = np.empty(int(offsets[-1]), np.uint8)
-        self.gather_into(idx, values, offsets[:-1])
+        self.gather_into(idx, values, offsets[:-1], threads=threads)
         return values, offsets
 
-    def gather_into(self, indices: Any, out: npt.NDArray[Any], offsets: Any) -> npt.NDArray[Any]:
-        """Decode record i to byte ``offsets[i]`` of ``out``: one native call per shard."""
+    def gather_into(
+        self,
+        indices: IndexLike,
+        out: npt.NDArray[Any],
+        offsets: npt.NDArray[np.integer[Any]] | Sequence[int],
+        *,
+        threads: int | None = None,
+    ) -> npt.NDArray[Any]:
+        """Decode record i to byte ``offsets[i]`` of ``out``: one native call per shard, on
+        ``threads`` cores in all (default: the handle's)."""
         idx = self._as_indices(indices)
         offs = np.ascontiguousarray(offsets, dtype=np.uint64).reshape(-1)
         if offs.size != idx.size:
@@ -271,27 +302,31 @@ class ShardedStore(Closing):
         self._guarded(
             lambda: self._run(
                 list(self._split(idx)),
-                lambda store, pos, local, threads: store.gather_into(
-                    local, out, offs[pos], threads=threads
+                lambda store, pos, local, cores: store.gather_into(
+                    local, out, offs[pos], threads=cores
                 ),
+                threads or self._threads,
             )
         )
         return out
 
     def _run(
-        self, parts: list[_Part], gather: Callable[[RecordStore, Any, Any, int], object]
+        self,
+        parts: list[_Part],
+        gather: Callable[[RecordStore, Any, Any, int], object],
+        threads: int,
     ) -> None:
-        """``gather(store, positions, local, threads)`` for every part; the shards' native
+        """``gather(store, positions, local, cores)`` for every part; the shards' native
         calls run side by side on up to ``threads`` threads (one pays the thread hand-off
         once per batch, not once per shard), each call then on its share of the cores, so
         the cores are never oversubscribed. Waits for all before raising the first error."""
         for s, *_ in parts:
             self._count(s)
-        groups = min(self._threads, len(parts))
-        share = max(1, self._threads // max(groups, 1))
+        groups = min(threads, self._threads, len(parts))
+        share = max(1, threads // max(groups, 1))
         if groups <= 1:
             for _, store, pos, local in parts:
-                gather(store, pos.astype(np.uint64), local, self._threads)
+                gather(store, pos.astype(np.uint64), local, threads)
             return
 
         def run(group: list[_Part]) -> None:
@@ -332,17 +367,47 @@ class ShardedStore(Closing):
         total["shards"] = per
         return total
 
-    def verify(self, batch: int = 4096) -> dict[str, Any]:
-        """Every shard's `RecordStore.verify`, with damaged records named by global index."""
-        reports = self._guarded(
-            lambda: [self.shard(i).verify(batch) for i in range(len(self._stores))]
-        )
-        damaged: list[tuple[int, str]] = []
-        unchecked = 0
-        for start, report in zip(self._starts.tolist(), reports, strict=False):
-            damaged += [(start + local, message) for local, message in report["damaged"]]
-            unchecked += report["unchecked"]
-        return {"records": self._length, "damaged": damaged, "unchecked": unchecked}
+    def verify(
+        self, batch: int = 4096, progress: Callable[[int, int], None] | None = None
+    ) -> VerifyReport:
+        """Every shard's `RecordStore.verify`, damaged records named by global index; a
+        shard that cannot be verified at all (missing, of another length than the manifest
+        says, its checksums lost) is reported among ``parts`` as ``"unreadable"``, and the
+        others are still checked. ``progress(done, total)`` gets the decoded bytes so far."""
+        self._check_open()
+        parts: list[PartReport] = []
+        report: VerifyReport = {
+            "records": self._length, "checked": 0, "unchecked": 0, "damaged": [], "parts": parts
+        }  # fmt: skip
+        base = [0]  # bytes of the shards already verified: one count over the dataset
+
+        def moved(done: int, total: int) -> None:
+            if progress is not None:
+                progress(base[0] + done, base[0] + total)
+
+        for i, (name, n) in enumerate(self._manifest.shards):
+            first = int(self._starts[i])
+            part: PartReport = {
+                "name": name, "first": first, "records": n, "state": "ok", "message": None
+            }  # fmt: skip
+            parts.append(part)
+            self._check_changed()
+            try:
+                store = self.shard(i)
+                one = store.verify(batch, progress=moved)
+                base[0] += int(store.stats()["logical_bytes"])
+            except (StoreChangedError, StoreClosedError):
+                raise
+            except ChuteError as e:
+                part["state"], part["message"] = "unreadable", str(e)
+                continue
+            report["damaged"] += [(first + local, message) for local, message in one["damaged"]]
+            report["checked"] += one["checked"]
+            report["unchecked"] += one["unchecked"]
+            if one["damaged"]:
+                part["state"] = "damaged"
+        self._check_changed()
+        return report
 
     def close(self) -> None:
         """Close every opened shard; idempotent."""
@@ -359,6 +424,11 @@ class ShardedStore(Closing):
         return (
             f"ShardedStore({str(self._path)!r}, records={self._length}, shards={len(self._stores)})"
         )
+
+
+def open_source(path: Path) -> RecordSource:
+    """The records at ``path``, read-only: a sharded dataset's shards, or one store."""
+    return ShardedStore(path) if is_sharded(path) else RecordStore(path, mode="r")
 
 
 def _identity(folder: Path) -> tuple[int, int]:

@@ -32,7 +32,7 @@ from chute._util.checks import check_int, check_optional_int
 from chute._util.fs import fsync_dir, lock_exclusive
 from chute._util.safe_open import create_regular
 from chute.datasets._one_store import write_records, write_rows
-from chute.datasets._schema import read_schema
+from chute.datasets._schema import RecordSchema
 from chute.datasets._sharded_manifest import (
     LOCK_FILE,
     MANIFEST_FILE,
@@ -196,10 +196,6 @@ def _run_shards(
     return done
 
 
-def _shard_schema(part: Path) -> dict[str, Any]:
-    return {k: v for k, v in read_schema(part).items() if k not in ("format", "version")}
-
-
 def write_shards(
     path: Path,
     kind: str,
@@ -216,7 +212,7 @@ def write_shards(
     it = iter(payloads)
     head = next(it, empty)
     shards = tuple(_run_shards(path, kind, chain([head], it), 0, options, workers))
-    schema = _shard_schema(path / shards[0][0])
+    schema = RecordSchema.read(path / shards[0][0])
     write_manifest(path, Manifest(schema=schema, shard_records=shard_records, shards=shards))
 
 
@@ -337,18 +333,18 @@ def append_shards(
         write_manifest(path, replace(manifest, shards=(*kept, *new)))
 
 
-def _shard_options(schema: dict[str, Any]) -> Options:
-    options: Options = {"codec": str(schema.get("codec", "zstd"))}
-    if schema.get("ragged"):
-        options["dtype"] = schema["dtype"]
-        options["item_shape"] = tuple(schema.get("item_shape", ()))
+def _shard_options(schema: RecordSchema) -> Options:
+    options: Options = {"codec": schema.codec}
+    if schema.ragged:
+        options["dtype"] = schema.dtype
+        options["item_shape"] = schema.item_shape
     return options
 
 
 def check_appendable(path: Path, ragged: bool) -> Manifest:
     """The manifest of the sharded dataset at ``path``, if it is of the asked kind."""
     manifest = read_manifest(path)
-    if bool(manifest.schema.get("ragged")) != ragged:
-        kind = "variable-length" if manifest.schema.get("ragged") else "fixed-shape"
+    if manifest.schema.ragged != ragged:
+        kind = "variable-length" if manifest.schema.ragged else "fixed-shape"
         raise StoreKindError(f"{path} holds {kind} records: append with the matching function")
     return manifest

@@ -22,8 +22,11 @@ from chute.datasets._one_store import (
     BYTES,
     WriteMode,
     append_records,
+    check_kept_codec,
+    check_write_mode,
     checked_records,
     describe_rows,
+    occupied_error,
     rows_as_bytes,
     within_cap,
     write_records,
@@ -47,7 +50,7 @@ from chute.datasets._sharded_write import (
 )
 from chute.errors import StoreError
 from chute.store import Codec, RecordStore
-from chute.store._internal import codec_name, parse_codec
+from chute.store._internal import parse_codec
 
 __all__ = ["append_dataset", "append_ragged", "write_dataset", "write_ragged"]
 
@@ -257,7 +260,7 @@ def append_dataset(
     path = Path(path)
     manifest = check_appendable(path, ragged=False)
     schema = manifest.schema
-    dtype, item_shape = schema["dtype"], tuple(schema.get("shape", ()))
+    dtype, item_shape, codec = schema.dtype, schema.item_shape, parse_codec(schema.codec)
     if not hasattr(array, "shape") or not hasattr(array, "dtype"):
         array = np.asarray(array)
     if len(array.shape) == 0 or tuple(array.shape[1:]) != item_shape:
@@ -270,10 +273,10 @@ def append_dataset(
 
     def fill(store: RecordStore, room: int) -> int:
         take = min(room, len(rows))
-        step = max(1, _STEP_BYTES // max(1, dtype.itemsize * int(np.prod(item_shape))))
+        step = max(1, _STEP_BYTES // max(1, schema.item_bytes))
         for start in range(0, take, step):
             part = rows[start : min(start + step, take)]
-            if _codec(schema) is Codec.ZSTD_DICT and not store.has_dict:
+            if codec is Codec.ZSTD_DICT and not store.has_dict:
                 store.train_dict(rows_as_bytes(part, len(part)))
             store.append(rows_as_bytes(part, len(part)))
         return int(take)
@@ -300,22 +303,19 @@ def append_ragged(
     path = Path(path)
     manifest = check_appendable(path, ragged=True)
     schema = manifest.schema
-    checked = checked_records(arrays, schema["dtype"], tuple(schema["item_shape"]))
+    checked = checked_records(arrays, schema.dtype, schema.item_shape)
     records = within_cap(record for record, _, _ in checked)
 
     def fill(store: RecordStore, room: int) -> int:
         with Progress(None, f"append {path.name}", show=False) as bar:
-            return append_records(store, list(islice(records, room)), _codec(schema), None, bar)
+            codec = parse_codec(schema.codec)
+            return append_records(store, list(islice(records, room)), codec, None, bar)
 
     def rest(added: int) -> Iterable[Any]:
         return ragged_payloads(records, manifest.shard_records, lazy=workers in (None, 1))
 
     append_shards(path, "ragged", fill, rest, workers=workers)
     return RaggedDataset(path)
-
-
-def _codec(schema: dict[str, Any]) -> Codec:
-    return parse_codec(str(schema.get("codec", "zstd")))
 
 
 def write_sharded(
@@ -334,10 +334,7 @@ def write_sharded(
     sharded dataset that ``overwrite=True`` replaces). ``mode="a"`` on a sharded dataset appends
     (`append_dataset` / `append_ragged`); with ``shard_records``, shards of that many
     records are written anew (``source`` is the array, or the checked records)."""
-    if mode not in ("w", "a"):
-        raise ValueError(f"mode must be 'w' (write a new store) or 'a' (append), got {mode!r}")
-    if mode == "a" and overwrite:
-        raise ValueError("overwrite=True replaces the dataset and mode='a' appends to it: pick one")
+    check_write_mode(mode, overwrite)
     sharded = is_sharded(path)
     if mode == "a" and sharded:
         manifest = read_manifest(path)
@@ -345,11 +342,7 @@ def write_sharded(
             raise ValueError(
                 f"{path} has shard_records={manifest.shard_records}; appending keeps it"
             )
-        stored, codec = str(manifest.schema.get("codec", "zstd")), options.get("codec")
-        if codec is not None and codec_name(parse_codec(codec)) != stored:
-            raise ValueError(
-                f"{path} is written with codec {stored!r}; appending keeps it (leave codec= out)"
-            )
+        check_kept_codec(path, manifest.schema.codec, options.get("codec"))
         append = append_dataset if kind == "fixed" else append_ragged
         append(path, source, workers=workers).close()
         return True
@@ -380,7 +373,4 @@ def _refuse_occupied(path: Path, mode: str, overwrite: bool) -> None:
     if mode == "a":
         raise StoreError(f"{path} holds a single store, not shards: append without shards")
     if not overwrite:
-        raise FileExistsError(
-            f"{path} exists and is not empty; pass mode='a' to append to it or "
-            "overwrite=True to replace it"
-        )
+        raise occupied_error(path)

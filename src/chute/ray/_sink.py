@@ -23,7 +23,13 @@ from ray.data import Datasink
 from ray.data.block import Block, BlockAccessor
 
 from chute.datasets import write_dataset, write_ragged
-from chute.datasets._internal import Manifest, read_schema, shard_name, write_manifest, writer_lock
+from chute.datasets._internal import (
+    Manifest,
+    RecordSchema,
+    shard_name,
+    write_manifest,
+    writer_lock,
+)
 from chute.errors import ColumnTypeError
 from chute.ray._layout import STAGING, check_column_name, check_column_types, write_columns
 
@@ -98,29 +104,29 @@ class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
 
     def _staged(
         self, name: str, results: list[dict[str, Any]]
-    ) -> tuple[dict[str, Any], list[tuple[Path, int]]]:
+    ) -> tuple[RecordSchema, list[tuple[Path, int]]]:
         """A column's staged shards in row order, and the schema every one of them has:
         shards that differ (blocks of another type in another write task) are an error
         before any shard is moved."""
         parts: list[tuple[Path, int]] = []
-        schema: dict[str, Any] | None = None
+        schema: RecordSchema | None = None
         for r in results:
             for k, n in enumerate(r["shards"]):
                 part = self.path / STAGING / r["staging"] / name / f"{k:05d}.zr"
-                ours = {key: v for key, v in read_schema(part).items() if key != "codec"}
+                ours = RecordSchema.read(part)
                 if schema is None:
                     schema = ours
-                elif ours != schema:
+                elif not ours.same_records(schema):
                     raise ColumnTypeError(
-                        f"column {name!r} changes type across blocks: {_describe(schema)} "
-                        f"then {_describe(ours)}"
+                        f"column {name!r} changes type across blocks: {schema.describe()} "
+                        f"then {ours.describe()}"
                     )
                 parts.append((part, n))
         assert schema is not None
         return schema, parts
 
     def _commit_column(
-        self, name: str, schema: dict[str, Any], parts: list[tuple[Path, int]]
+        self, name: str, schema: RecordSchema, parts: list[tuple[Path, int]]
     ) -> None:
         target = self.path / name
         target.mkdir(exist_ok=True)
@@ -129,20 +135,17 @@ class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
             for part, n in parts:
                 part.rename(target / shard_name(len(shards)))
                 shards.append((shard_name(len(shards)), n))
-            schema = {k: v for k, v in schema.items() if k not in ("format", "version")}
-            schema["codec"] = self.codec
             write_manifest(
                 target,
-                Manifest(schema=schema, shard_records=self.rows_per_shard, shards=tuple(shards)),
+                Manifest(
+                    schema=schema.with_codec(self.codec),
+                    shard_records=self.rows_per_shard,
+                    shards=tuple(shards),
+                ),
             )
 
     def on_write_failed(self, error: Exception) -> None:
         shutil.rmtree(self.path / STAGING, ignore_errors=True)
-
-
-def _describe(schema: dict[str, Any]) -> str:
-    shape = schema.get("item_shape", schema.get("shape"))
-    return f"{schema['dtype']}{list(shape or ())}{' ragged' if schema.get('ragged') else ''}"
 
 
 class _TaskWriter:

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 MAGIC: Final = b"ZREC"
 VERSION: Final = 3
@@ -172,3 +173,21 @@ def check_native(native: object) -> None:
     if drift:
         found = ", ".join(f"{k}: compiled {c}, format {f}" for k, (c, f) in drift.items())
         raise ImportError(f"chute's compiled core disagrees with store/_format.py ({found})")
+
+
+def check_record_bytes(
+    sizes: int | npt.NDArray[np.integer[Any]], first: int = 0, what: str | None = None
+) -> None:
+    """The one check of the format's record cap: a ValueError naming the first record over
+    1 MiB, by its index (``first`` plus its position in ``sizes``) or as ``what``."""
+    if isinstance(sizes, int | np.integer):
+        if sizes <= MAX_RECORD:
+            return
+        bad, size = 0, int(sizes)
+    else:
+        if not sizes.size or int(sizes.max()) <= MAX_RECORD:
+            return
+        bad = int(np.argmax(sizes > MAX_RECORD))
+        size = int(sizes[bad])
+    name = what or f"record {first + bad}"
+    raise ValueError(f"{name} is {size} bytes; the Zrecord format caps a record at 1 MiB")

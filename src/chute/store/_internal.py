@@ -4,7 +4,11 @@ internals, published in one place.
 Those modules import from here and nowhere else inside `chute.store`, so the store's private
 modules (`_format`, `_codec`, `_io` ...) can change without reaching through them:
 
-* `MAX_RECORD`: the format's cap on one record's bytes (1 MiB), logical or stored.
+* `MAX_RECORD`: the format's cap on one record's bytes (1 MiB), logical or stored, and
+  `check_record_bytes`, its one check (a ValueError naming the record).
+* `IndexLike`, `as_indices`, `check_indices`, `index_bounds`: the one index normaliser
+  (a wrong index is a `RecordIndexError` from every entry point).
+* `VerifyReport`, `PartReport`: what every record source's ``verify()`` returns.
 * `CODEC_NAMES`, `parse_codec`, `codec_name`: codec names as users and schema.json spell them.
 * `SCHEMA_FILE`: the name of the dataset layer's schema.json inside a store directory.
 * `sample_rows`: which rows to train a zstd dictionary on.
@@ -14,15 +18,31 @@ modules (`_format`, `_codec`, `_io` ...) can change without reaching through the
 
 from chute._util.fs import write_file_atomic
 from chute.store._codec import sample_rows
-from chute.store._format import CODEC_NAMES, MAX_RECORD, SCHEMA_FILE, codec_name, parse_codec
+from chute.store._format import (
+    CODEC_NAMES,
+    MAX_RECORD,
+    SCHEMA_FILE,
+    check_record_bytes,
+    codec_name,
+    parse_codec,
+)
+from chute.store._index import IndexLike, as_indices, check_indices, index_bounds
 from chute.store._out import check_out, out_stride
+from chute.store._read import PartReport, VerifyReport
 
 __all__ = [
     "CODEC_NAMES",
     "MAX_RECORD",
     "SCHEMA_FILE",
+    "IndexLike",
+    "PartReport",
+    "VerifyReport",
+    "as_indices",
+    "check_indices",
     "check_out",
+    "check_record_bytes",
     "codec_name",
+    "index_bounds",
     "out_stride",
     "parse_codec",
     "sample_rows",

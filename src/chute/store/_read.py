@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -14,6 +14,7 @@ from chute._native import codes
 from chute.errors import ChecksumError, CorruptStoreError, OutBufferError
 from chute.store import _format as fmt
 from chute.store._files import Snapshot
+from chute.store._index import index_bounds, out_of_range
 from chute.store._out import out_problem
 
 #: Codes that mean "the bytes contradict the format": worth one retry against a fresh
@@ -62,14 +63,20 @@ def gather(
     return unchecked
 
 
+def check_range(snap: Snapshot, idx: npt.NDArray[np.int64]) -> None:
+    """`GatherFailed` (``GE_INDEX``) at the first index outside the snapshot's records."""
+    if idx.size:
+        lo, hi = index_bounds(idx)
+        if lo < 0 or hi >= snap.length:
+            bad = int(np.flatnonzero((idx < 0) | (idx >= snap.length))[0])
+            raise GatherFailed(codes.GE_INDEX, bad, int(idx[bad]))
+
+
 def packed(
     snap: Snapshot, idx: npt.NDArray[np.int64], *, verify: bool, threads: int
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64], int]:
     """Records end to end, their n+1 offsets, and how many had no checksum to match."""
-    in_range = idx[(idx >= 0) & (idx < snap.length)]
-    if in_range.size != idx.size:
-        bad = int(np.flatnonzero((idx < 0) | (idx >= snap.length))[0])
-        raise GatherFailed(codes.GE_INDEX, bad, int(idx[bad]))
+    check_range(snap, idx)
     offsets = np.zeros(len(idx) + 1, np.uint64)
     lengths = snap.table["logic_length"][idx]
     too_large = lengths > fmt.MAX_RECORD
@@ -89,7 +96,7 @@ def error_for(
     code, detail = failed.code, failed.detail
     index = int(idx[failed.pos]) if failed.pos < len(idx) else -1
     if code == codes.GE_INDEX:
-        return IndexError(f"record index {index} is out of range for {snap.length} records")
+        return out_of_range(index, snap.length)
     if code == codes.GE_NOMEM:
         return MemoryError("out of memory while gathering records")
     loc = snap.table[index]
@@ -166,6 +173,32 @@ def used_bytes(snap: Snapshot) -> int:
     return int(snap.limits.sum(dtype=np.uint64))
 
 
+class PartReport(TypedDict):
+    """One part of a record source that has several (a sharded dataset's shard)."""
+
+    name: str
+    first: int  # the global index of its first record
+    records: int
+    state: str  # "ok", "damaged" (some records), "unreadable" (could not be verified)
+    message: str | None  # why it is unreadable
+
+
+class VerifyReport(TypedDict):
+    """What every record source's ``verify()`` returns (the same keys from each).
+
+    ``checked`` records decoded and matched their checksum, ``unchecked`` decoded but had
+    none to match, ``damaged`` lists ``(index, message)`` of the rest by global index. A
+    source of several parts (a sharded dataset) adds ``parts``, one `PartReport` each, among
+    them any part that could not be verified at all (its records are in no count).
+    """
+
+    records: int
+    checked: int
+    unchecked: int
+    damaged: list[tuple[int, str]]
+    parts: NotRequired[list[PartReport]]
+
+
 #: Bytes decoded per step of `verify`: a damaged record costs re-decoding at most this much.
 VERIFY_STEP = 16 << 20
 
@@ -177,7 +210,7 @@ def verify(
     batch: int,
     threads: int,
     progress: Callable[[int, int], None] | None = None,
-) -> dict[str, Any]:
+) -> VerifyReport:
     """Decode every record and check its checksum; damage is reported, not raised.
 
     ``checked`` records decoded and matched their checksum, ``unchecked`` decoded but had

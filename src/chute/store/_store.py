@@ -36,11 +36,12 @@ from chute.store import _format as fmt
 from chute.store import _read
 from chute.store._codec import sample_rows
 from chute.store._files import Snapshot, StoreFiles, empty_snapshot
+from chute.store._index import IndexLike, as_indices, flat_int64
 from chute.store._out import out_stride
+from chute.store._read import VerifyReport
 from chute.store._write import APPEND_SLICE, Writer, open_for_writing
 
 Mode = Literal["r", "a", "w"]
-IndexLike = int | Sequence[int] | npt.NDArray[np.integer[Any]]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -189,6 +190,16 @@ class RecordStore(Closing):
         return self._writable
 
     @property
+    def supports_writes(self) -> bool:
+        """Whether records can be appended or deleted through this handle (``mode`` not ``"r"``)."""
+        return self._writable
+
+    @property
+    def supports_growth(self) -> bool:
+        """True: the length may grow while open (a reader sees a writer's appends)."""
+        return True
+
+    @property
     def has_dict(self) -> bool:
         return self._files.dictionary is not None
 
@@ -246,14 +257,8 @@ class RecordStore(Closing):
     # ---- reading -------------------------------------------------------------------
 
     def _as_indices(self, indices: IndexLike) -> npt.NDArray[np.int64]:
-        arr = np.asarray(indices)
-        if arr.dtype.kind not in "iu":  # bool is kind "b": not an index here
-            if arr.size == 0:
-                return np.empty(0, np.int64)
-            raise TypeError(f"record indices must be integers, got {arr.dtype}")
-        if arr.dtype == np.int64 and arr.ndim == 1 and arr.flags.c_contiguous:
-            return arr
-        return np.ascontiguousarray(arr.reshape(-1), dtype=np.int64)
+        """Flat int64 indices; their range is checked against the snapshot each read uses."""
+        return flat_int64(as_indices(indices))
 
     def _read(self, idx: npt.NDArray[np.int64], stride: int, read: Callable[[Snapshot], _T]) -> _T:
         """Run ``read`` over the current snapshot, checking the generation before and after.
@@ -284,13 +289,20 @@ class RecordStore(Closing):
         idx = self._as_indices(indices)
 
         def read(snap: Snapshot) -> npt.NDArray[np.uint32]:
-            _check_range(snap, idx)
+            _read.check_range(snap, idx)
             return snap.table["logic_length"][idx]
 
         return self._read(idx, 0, read)
 
-    def gather(self, indices: IndexLike, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
-        """Decode equal-size records into rows of ``out`` (a new (n, size) uint8 array if None).
+    def gather(
+        self,
+        indices: IndexLike,
+        out: npt.NDArray[Any] | None = None,
+        *,
+        threads: int | None = None,
+    ) -> npt.NDArray[Any]:
+        """Decode equal-size records into rows of ``out`` (a new (n, size) uint8 array if None)
+        on ``threads`` cores (default: the handle's).
 
         ``out`` may be any writeable C-contiguous array of a plain dtype (no Python objects)
         holding ``n * size`` bytes, so records land directly in a batch of the caller's dtype
@@ -309,17 +321,18 @@ class RecordStore(Closing):
         self._read(
             idx, stride,
             lambda s: _read.gather(s, idx, dst, stride, None, verify=self._verify,
-                                   threads=self._threads),
+                                   threads=threads or self._threads),
         )  # fmt: skip
         return out
 
     def gather_packed(
-        self, indices: IndexLike
+        self, indices: IndexLike, *, threads: int | None = None
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
         """Decode records of any sizes end to end: ``(values, offsets)`` with n+1 offsets."""
         idx = self._as_indices(indices)
+        cores = threads or self._threads
         values, offsets, _ = self._read(
-            idx, 0, lambda s: _read.packed(s, idx, verify=self._verify, threads=self._threads)
+            idx, 0, lambda s: _read.packed(s, idx, verify=self._verify, threads=cores)
         )
         return values, offsets
 
@@ -364,14 +377,15 @@ class RecordStore(Closing):
 
     def verify(
         self, batch: int = 4096, progress: Callable[[int, int], None] | None = None
-    ) -> dict[str, Any]:
+    ) -> VerifyReport:
         """Decode every record and check its checksum; report, rather than raise, damage.
 
-        Returns ``records``, ``checked`` (decoded and matched a checksum), ``unchecked``
-        (decoded, no checksum to match: written by another tool) and ``damaged``, a list of
-        ``(index, message)``; the three counts add up to ``records``. A store chute wrote
-        whose checksum sidecar is damaged or gone raises `CorruptStoreError`. ``progress(done,
-        total)``, if given, gets the decoded bytes after every step of about 16 MiB.
+        Returns a `VerifyReport`: ``records``, ``checked`` (decoded and matched a checksum),
+        ``unchecked`` (decoded, no checksum to match: written by another tool) and
+        ``damaged``, a list of ``(index, message)``; the three counts add up to ``records``.
+        A store chute wrote whose checksum sidecar is damaged or gone raises
+        `CorruptStoreError`. ``progress(done, total)``, if given, gets the decoded bytes
+        after every step of about 16 MiB.
         """
         self._check_open()
         if not self._writable:
@@ -415,11 +429,7 @@ class RecordStore(Closing):
         lens = np.asarray(lengths, dtype=np.int64).reshape(-1)
         if lens.size and int(lens.min()) < 0:
             raise ValueError("record lengths must be non-negative")
-        if lens.size and int(lens.max()) > fmt.MAX_RECORD:
-            i = int(np.argmax(lens > fmt.MAX_RECORD))
-            raise ValueError(
-                f"record {i} is {int(lens[i])} bytes; the Zrecord format caps a record at 1 MiB"
-            )
+        fmt.check_record_bytes(lens)
         if int(lens.sum()) != flat.size:
             raise ValueError(f"lengths add up to {int(lens.sum())} bytes, data has {flat.size}")
         if writer.length + lens.size > fmt.MAX_RECORDS:
@@ -453,7 +463,7 @@ class RecordStore(Closing):
         writer = self._check_writable()
         idx = np.unique(self._as_indices(indices))
         try:
-            _check_range(writer.snap, idx)
+            _read.check_range(writer.snap, idx)
         except _read.GatherFailed as failed:
             raise _read.error_for(writer.snap, self._path, failed, idx, 0) from None
         writer.delete(idx)
@@ -512,12 +522,6 @@ class RecordStore(Closing):
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self._current().length} records"
         return f"RecordStore({str(self._path)!r}, mode={self._mode!r}, {state})"
-
-
-def _check_range(snap: Snapshot, idx: npt.NDArray[np.int64]) -> None:
-    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= snap.length):
-        bad = int(np.flatnonzero((idx < 0) | (idx >= snap.length))[0])
-        raise _read.GatherFailed(codes.GE_INDEX, bad, int(idx[bad]))
 
 
 def _concat(
