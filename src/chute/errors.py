@@ -237,7 +237,7 @@ class RecordIndexError(ChuteError, IndexError, RuntimeError):
     ...     ds[[0, 4]]
     ... except IndexError as e:
     ...     print(type(e).__name__, e)
-    RecordIndexError index 4 is out of range for a dataset of 4 records
+    RecordIndexError record index 4 is out of range for a dataset of 4 records
     >>> ds.close()
     """
 

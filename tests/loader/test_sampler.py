@@ -354,3 +354,15 @@ def test_a_sampler_state_resumes_at_its_step_and_refuses_another_configuration(
     assert set(info.value.differences) == {"sampler"}
     with pytest.raises(TypeError, match="saved step must be an int"):
         fresh.load_state_dict({**state, "step": 2.5})
+
+
+def test_the_compiled_sampler_has_the_mode_codes_of_python_and_loaderx() -> None:
+    from chute._native import sampler_codes
+    from chute.loader._sampler import _MODES
+
+    compiled = {
+        "sequential": sampler_codes.MODE_SEQUENTIAL,
+        "iid": sampler_codes.MODE_IID,
+        "cyclic": sampler_codes.MODE_CYCLIC,
+    }
+    assert compiled == _MODES == {"sequential": 0, "iid": 1, "cyclic": 2}  # loaderx's codes

@@ -2,6 +2,7 @@
 (`chute.loader._sampler`) and the in-place loader's slab pool (`chute.insitu._shared`, for
 CRC-32C) import it."""
 
+from chute._native import _sampler as sampler_codes  # MODE_* sampler mode codes
 from chute._native import _zrecord as codes  # GE_* gather error codes, MAX_RECORD
 from chute._native._sampler import fill
 from chute._native._zrecord import (
@@ -31,6 +32,7 @@ __all__ = [
     "make_ddict",
     "map_chunks",
     "put_entry",
+    "sampler_codes",
     "store_generation",
     "store_state",
     "train_dict",

@@ -10,3 +10,7 @@ def fill(
     first: int,
     out: npt.NDArray[np.uint64],
 ) -> None: ...
+
+MODE_SEQUENTIAL: int
+MODE_IID: int
+MODE_CYCLIC: int

@@ -159,4 +159,15 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sampler", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__sampler(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__sampler(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    /* the mode codes, checked against chute.loader._sampler's at import */
+    if (PyModule_AddIntConstant(m, "MODE_SEQUENTIAL", MODE_SEQUENTIAL) < 0 ||
+        PyModule_AddIntConstant(m, "MODE_IID", MODE_IID) < 0 ||
+        PyModule_AddIntConstant(m, "MODE_CYCLIC", MODE_CYCLIC) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -254,9 +254,6 @@ def append_dataset(
     >>> len(ds), ds.store.manifest.shards
     (6, (('part-00000.zr', 4), ('part-00001.zr', 2)))
     """
-    # Imported here: chute.datasets._fixed imports this package for its sharded paths.
-    from chute.datasets._fixed import Dataset
-
     path = Path(path)
     manifest = check_appendable(path, ragged=False)
     schema = manifest.schema

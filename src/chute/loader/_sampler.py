@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._native import fill as _fill
+from chute._native import sampler_codes
 from chute._util.checks import check_int
 from chute._util.state import StateLayout, check_state, make_state
 
@@ -25,8 +26,16 @@ __all__ = ["Sampler", "SamplerLike", "SamplerMode", "StepSampler", "WeightedSamp
 SamplerMode = Literal["sequential", "iid", "cyclic"]
 """How a batch is drawn from ``[0, length)``."""
 
-_MODES: dict[str, int] = {"sequential": 0, "iid": 1, "cyclic": 2}
-_MODE_NAMES: dict[int, SamplerMode] = {0: "sequential", 1: "iid", 2: "cyclic"}
+_MODES: dict[SamplerMode, int] = {"sequential": 0, "iid": 1, "cyclic": 2}
+"""Each mode's code: loaderx's integer modes, and the compiled sampler's (checked below)."""
+_MODE_NAMES: dict[int, SamplerMode] = {code: name for name, code in _MODES.items()}
+_COMPILED = {
+    "sequential": sampler_codes.MODE_SEQUENTIAL,
+    "iid": sampler_codes.MODE_IID,
+    "cyclic": sampler_codes.MODE_CYCLIC,
+}
+if _COMPILED != _MODES:
+    raise ImportError(f"chute's compiled sampler has mode codes {_COMPILED}, not {_MODES}")
 _U64 = 1 << 64
 _UNIT_BITS = 53  # uniform doubles in [0, 1) carry 53 random bits
 _WEIGHTED_DOMAIN = 0x5765696768746564  # keeps weighted draws apart from iid draws of a seed
