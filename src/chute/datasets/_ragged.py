@@ -37,9 +37,11 @@ def _pad_width(lengths: npt.NDArray[np.int64], max_len: int | None) -> int:
     return width
 
 
+@legacy_arguments(positional=("max_len", "pad_value"))
 def pad(
     values: npt.NDArray[Any],
     row_splits: npt.ArrayLike,
+    *,
     max_len: int | None = None,
     pad_value: Any = 0,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from chute._native import fill as _fill
 from chute._native import sampler_codes
 from chute._util.checks import check_int
+from chute._util.renamed import legacy_arguments
 from chute._util.state import StateLayout, check_state, make_state
 
 __all__ = ["Sampler", "SamplerLike", "SamplerMode", "StepSampler", "WeightedSampler"]
@@ -145,7 +146,8 @@ class StepSampler(ABC):
     batch_size: int
     seed: int
 
-    def __init__(self, length: int, batch_size: int, seed: int = 0) -> None:
+    @legacy_arguments(positional=("seed",))
+    def __init__(self, length: int, batch_size: int, *, seed: int = 0) -> None:
         self.length = _check_u64("length", length, minimum=1)
         self.batch_size = _check_u64("batch_size", batch_size, minimum=1)
         self.seed = _check_u64("seed", seed)
@@ -231,7 +233,7 @@ class Sampler(StepSampler):
             mode = mode_from_code(mode, "mode")
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {get_args(SamplerMode)}, got {mode!r}")
-        super().__init__(length, batch_size, seed)
+        super().__init__(length, batch_size, seed=seed)
         if mode == "cyclic" and self.batch_size > self.length:
             raise ValueError(
                 f"a cyclic batch of {self.batch_size} cannot be drawn without replacement "
@@ -273,11 +275,12 @@ class WeightedSampler(StepSampler):
     True
     """
 
-    def __init__(self, weights: npt.ArrayLike, batch_size: int, seed: int = 0) -> None:
+    @legacy_arguments(positional=("seed",))
+    def __init__(self, weights: npt.ArrayLike, batch_size: int, *, seed: int = 0) -> None:
         w = np.asarray(weights)
         if w.ndim != 1 or w.size == 0 or w.dtype.kind not in "iuf" or w.dtype == np.bool_:
             raise ValueError(f"weights must be a non-empty 1-D array of numbers, got {w.dtype}")
-        super().__init__(w.size, batch_size, seed)
+        super().__init__(w.size, batch_size, seed=seed)
         self._cdf, self._digest = _cumulative(w)
         self._total = float(self._cdf[-1])
         # the last index whose weight counts: a rounding that lands on the total picks it,

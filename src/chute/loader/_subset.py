@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.checks import check_int
+from chute._util.renamed import legacy_arguments
 from chute.loader._sampler import Sampler
 
 
@@ -47,7 +48,8 @@ class IndexSet:
         return self.array[positions]
 
 
-def split(n: int, fractions: Sequence[float], seed: int = 0) -> list[npt.NDArray[np.int64]]:
+@legacy_arguments(positional=("seed",))
+def split(n: int, fractions: Sequence[float], *, seed: int = 0) -> list[npt.NDArray[np.int64]]:
     """Split ``range(n)`` at random into disjoint parts of the given fractions (summing to 1).
 
     The parts come from one seeded permutation (chute's own, so the split is the same on
