@@ -257,7 +257,7 @@ def test_a_damaged_or_lost_sidecar_is_damage_not_a_store_without_checksums(
         RecordStore(path, mode="a").close()  # a writer repairs it, and says what is lost
 
 
-def test_a_store_no_chute_wrote_opens_with_a_warning_and_is_chutes_once_it_writes(
+def test_a_store_loaderx_wrote_opens_with_a_warning_and_is_chutes_once_it_writes(
     tmp_path: Path,
 ) -> None:
     loaderx = pytest.importorskip("loaderx")
