@@ -3,10 +3,13 @@ small file, fsync of a folder, and the advisory locks every writer of chute take
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+from chute._util.safe_open import create_regular
 from chute.errors import StoreLockedError
 
 
@@ -75,6 +78,18 @@ def lock_exclusive(fd: int, what: Path) -> None:
             f"{what} is open for writing elsewhere (another handle or process); "
             "it has one writer at a time"
         ) from None
+
+
+@contextlib.contextmanager
+def held_lock(lock_file: Path, root: Path) -> Iterator[None]:
+    """A writer's lock on ``lock_file`` (a regular file in ``root``, created if missing,
+    never through a link), held for the block: `StoreLockedError` while another holds it."""
+    fd = create_regular(lock_file, root)
+    try:
+        lock_exclusive(fd, root)
+        yield
+    finally:
+        os.close(fd)
 
 
 def lock_shared_wait(fd: int) -> None:

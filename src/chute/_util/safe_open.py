@@ -63,15 +63,7 @@ def open_regular(
     """
     real = inside(path, root)
     fd = os.open(real, (_FLAGS | os.O_RDWR) if write else _FLAGS)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise UnsafeFileError(f"{path} is {_kind(mode)}, not a regular file")
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _regular(fd, path)
 
 
 def create_regular(
@@ -103,15 +95,7 @@ def create_regular(
         if e.errno == errno.ENXIO:  # a FIFO with no reader, opened for writing only
             raise UnsafeFileError(f"{path} is a FIFO, not a regular file") from None
         raise
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise UnsafeFileError(f"{path} is {_kind(mode)}, not a regular file")
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _regular(fd, path)
 
 
 def read_regular(path: str | os.PathLike[str], root: str | os.PathLike[str], limit: int) -> bytes:
@@ -141,6 +125,19 @@ def read_regular(path: str | os.PathLike[str], root: str | os.PathLike[str], lim
         return b"".join(parts)
     finally:
         os.close(fd)
+
+
+def _regular(fd: int, path: str | os.PathLike[str]) -> int:
+    """``fd`` made blocking again, if it is a regular file; else closed and refused."""
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafeFileError(f"{path} is {_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _kind(mode: int) -> str:

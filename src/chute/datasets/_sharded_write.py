@@ -29,8 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.checks import check_int, check_optional_int
-from chute._util.fs import fsync_dir, lock_exclusive
-from chute._util.safe_open import create_regular
+from chute._util.fs import fsync_dir, held_lock, lock_exclusive
 from chute.datasets._one_store import write_records, write_rows
 from chute.datasets._schema import RecordSchema
 from chute.datasets._sharded_manifest import (
@@ -129,15 +128,9 @@ def replacing_shards(path: Path, *, overwrite: bool) -> Iterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def writer_lock(path: Path) -> Iterator[None]:
+def writer_lock(path: Path) -> contextlib.AbstractContextManager[None]:
     """The dataset's one-writer lock (``dataset.lock``), held for the block."""
-    fd = create_regular(path / LOCK_FILE, path)  # a link out would be created elsewhere
-    try:
-        lock_exclusive(fd, path)
-        yield
-    finally:
-        os.close(fd)
+    return held_lock(path / LOCK_FILE, path)
 
 
 def _fsync_tree(path: Path) -> None:

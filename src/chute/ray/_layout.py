@@ -20,16 +20,16 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
-from chute._util.fs import lock_exclusive, write_file_atomic
+from chute._util.fs import held_lock, write_file_atomic
 from chute._util.renamed import legacy_arguments
-from chute._util.safe_open import create_regular, read_regular
+from chute._util.safe_open import read_regular
 from chute.datasets import Dataset, RaggedDataset
 from chute.datasets._internal import checksum_of
 from chute.errors import (
@@ -58,17 +58,11 @@ def check_column_name(name: str) -> str:
     return name
 
 
-@contextlib.contextmanager
-def conversion_lock(path: Path) -> Iterator[None]:
+def conversion_lock(path: Path) -> contextlib.AbstractContextManager[None]:
     """Hold the folder's conversion lock for the block: a second conversion into ``path``
     (another thread or process) gets `StoreLockedError` before it removes or writes
     anything, and the first runs on intact."""
-    fd = create_regular(path / LOCK_FILE, path)  # a link out would be created elsewhere
-    try:
-        lock_exclusive(fd, path)
-        yield
-    finally:
-        os.close(fd)
+    return held_lock(path / LOCK_FILE, path)
 
 
 def check_column_types(name: str, arrays: Iterable[npt.NDArray[Any]]) -> None:
