@@ -17,7 +17,7 @@ from pathlib import Path
 
 from chute.errors import UnsafeFileError
 
-__all__ = ["create_regular", "inside", "open_regular", "read_regular"]
+__all__ = ["create_regular", "inside", "open_regular", "open_unlinked", "read_regular"]
 
 # O_NONBLOCK makes open() of a FIFO with no writer return at once instead of hanging; the
 # fstat that follows then refuses it. It is cleared again for regular files.
@@ -81,16 +81,33 @@ def create_regular(
     >>> create_regular(root / "out.lock", root)
     Traceback (most recent call last):
     ...
-    chute.errors.UnsafeFileError: .../out.lock is a link; chute writes only regular files here
+    chute.errors.UnsafeFileError: .../out.lock is a link; chute opens only regular files here
     """
     inside(Path(path).parent, root)
-    extra = os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    return open_unlinked(path, flags | os.O_CREAT)
+
+
+def open_unlinked(path: str | os.PathLike[str], flags: int = os.O_RDONLY) -> int:
+    """Open ``path`` itself, not what a link there points to, and only if it is a regular
+    file (``flags`` as for ``os.open``; a FIFO is refused at once, never waited on); else
+    `UnsafeFileError`. No folder check: for a hot path whose folder was checked once
+    (the in-place loader's chunk files), and for `create_regular`.
+
+    >>> import os, tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "link").symlink_to("/etc/hostname")
+    >>> open_unlinked(root / "link")
+    Traceback (most recent call last):
+    ...
+    chute.errors.UnsafeFileError: .../link is a link; chute opens only regular files here
+    """
+    extra = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags | extra, 0o644)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise UnsafeFileError(
-                f"{path} is a link; chute writes only regular files here"
+                f"{path} is a link; chute opens only regular files here"
             ) from None
         if e.errno == errno.ENXIO:  # a FIFO with no reader, opened for writing only
             raise UnsafeFileError(f"{path} is a FIFO, not a regular file") from None

@@ -11,9 +11,7 @@ or at the array edge, goes through zarr.
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
-import stat
 import sys
 import threading
 import time
@@ -24,6 +22,7 @@ import numpy as np
 from zarr.codecs import BytesCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
 
+from chute._util.safe_open import open_unlinked
 from chute.errors import UnsafeFileError
 
 from ._store import CountingStore
@@ -49,27 +48,15 @@ def _read_file(path: str, limit: int) -> memoryview | None:
     reports it as a `BadChunkError` of its key), before any byte is read.
     """
     try:
-        fd = os.open(path, _READ_FLAGS)
+        fd = open_unlinked(path)
     except FileNotFoundError:
         return None
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UnsafeFileError(
-                f"{path} is a link; chunk files are read only as regular files"
-            ) from None
-        raise
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFileError(
-                f"{path} is not a regular file; chunk files are read only as such"
-            )
-        size = st.st_size
+        size = os.fstat(fd).st_size
         if size > limit:
             raise UnsafeFileError(
                 f"{path} holds {size} bytes, more than a chunk of it can ({limit})"
             )
-        os.set_blocking(fd, True)
         view = memoryview(reserve_read_buffer(size))[:size]
         got = 0
         while got < size:
@@ -80,10 +67,6 @@ def _read_file(path: str, limit: int) -> memoryview | None:
         return view
     finally:
         os.close(fd)
-
-
-# O_NONBLOCK: a FIFO with no writer opens at once (then refused) instead of hanging the read
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 class DirectReader:

@@ -11,6 +11,8 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
+from chute._util.checks import check_int
+
 from ._aio import run_sync
 from ._store import StoreLike, check_store_options, open_store, store_name
 
@@ -193,8 +195,7 @@ def read_geometries(store: Store, name: str) -> dict[str, ArrayGeometry]:
 
 
 def _check_axis(sample_axis: int) -> None:
-    if isinstance(sample_axis, bool) or not isinstance(sample_axis, int) or sample_axis < 0:
-        raise ValueError(f"sample_axis must be a non-negative integer, got {sample_axis!r}")
+    check_int("sample_axis", sample_axis)
 
 
 def open_geometries(
