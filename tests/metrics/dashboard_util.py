@@ -50,3 +50,20 @@ def raw_run(path, columns, *, finished=False):
     with open(os.path.join(pdir, "plattli.json"), "w") as f:
         json.dump(manifest, f)
     return path
+
+
+def client(*paths):
+    """A test client of a dashboard serving ``paths`` (imported here: only the dashboard
+    tests need starlette)."""
+    from starlette.testclient import TestClient
+
+    from chute.metrics.dashboard import create_app
+
+    return TestClient(create_app([str(p) for p in paths]))
+
+
+def runs_by_name(c):
+    """The run list, by run name."""
+    res = c.get("/api/runs")
+    assert res.status_code == 200
+    return {r["name"]: r for r in res.json()["runs"]}

@@ -19,17 +19,7 @@ from chute.metrics import _source
 from chute.metrics._smooth import ema
 from chute.metrics.dashboard import create_app
 
-from .dashboard_util import raw_run, write_run
-
-
-def client(*paths):
-    return TestClient(create_app([str(p) for p in paths]))
-
-
-def runs_by_name(c):
-    res = c.get("/api/runs")
-    assert res.status_code == 200
-    return {r["name"]: r for r in res.json()["runs"]}
+from .dashboard_util import client, raw_run, runs_by_name, write_run
 
 
 @pytest.fixture

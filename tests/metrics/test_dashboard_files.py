@@ -12,26 +12,14 @@ import os
 import pytest
 
 pytest.importorskip("starlette")
-from starlette.testclient import TestClient
 
 import chute.metrics as cm
-from chute.metrics.dashboard import create_app
 
 from ..store.isolate import OK, WRONG_DATA, run_isolated
-from .dashboard_util import write_run
+from .dashboard_util import client, runs_by_name, write_run
 
 SECRET = "hunter2-not-to-be-served"
 OUTSIDE_METRIC = "only_outside_the_served_folder"
-
-
-def client(*paths):
-    return TestClient(create_app([str(p) for p in paths]))
-
-
-def runs_by_name(c):
-    res = c.get("/api/runs")
-    assert res.status_code == 200
-    return {r["name"]: r for r in res.json()["runs"]}
 
 
 @pytest.fixture

@@ -10,19 +10,14 @@ import numpy as np
 import pytest
 
 pytest.importorskip("starlette")
-from starlette.testclient import TestClient
 
 from chute.metrics import _source
 from chute.metrics._smooth import ema, thin
-from chute.metrics.dashboard import _app, _series, create_app
+from chute.metrics.dashboard import _app, _series
 
-from .dashboard_util import raw_run, write_run
+from .dashboard_util import client, raw_run, write_run
 
 WAIT_S = 30  # only a hang reaches it
-
-
-def client(*paths):
-    return TestClient(create_app([str(p) for p in paths]))
 
 
 def run_id(c, name):
