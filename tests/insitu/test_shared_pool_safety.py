@@ -66,13 +66,17 @@ def replace_with(path: Path, raw: bytes) -> None:
     os.replace(new, path)
 
 
+JSON_START = len(b"CHUTESL2") + 4  # magic, then the CRC-32C
+
+
 def edit_header(
     path: Path, change: Callable[[dict[str, object]], None], keep: int | None = None
 ) -> None:
     """Rewrite the JSON of a slab file's header by ``change`` (its first ``keep`` bytes)."""
     raw = path.read_bytes()
     head = raw[:HEADER]
-    start, end = head.index(b"{"), head.rindex(b"}") + 1
+    # the JSON follows the magic and the CRC-32C, whose 4 bytes may happen to hold a brace
+    start, end = head.index(b"{", JSON_START), head.rindex(b"}") + 1
     meta = json.loads(head[start:end])
     change(meta)
     text = json.dumps(meta).encode()
