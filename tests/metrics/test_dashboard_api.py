@@ -332,13 +332,13 @@ def test_listing_many_runs_reads_few_columns(tmp_path, monkeypatch):
             tmp_path / f"run{i:02d}", {n: (np.arange(50), np.ones(50, np.float32)) for n in names}
         )
     touched: set[str] = set()
-    real_open = _source.open_regular
+    real_open = _source.Folder.open
 
-    def counting_open(path, root):
+    def counting_open(self, path, **kw):
         touched.add(os.fspath(path))
-        return real_open(path, root)
+        return real_open(self, path, **kw)
 
-    monkeypatch.setattr(_source, "open_regular", counting_open)
+    monkeypatch.setattr(_source.Folder, "open", counting_open)
     with client(tmp_path) as c:
         runs = runs_by_name(c)
         assert len(runs) == 25 and all(r["last_step"] == 49 for r in runs.values())

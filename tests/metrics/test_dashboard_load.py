@@ -139,18 +139,18 @@ def test_a_long_column_is_read_a_slice_at_a_time(tmp_path, monkeypatch):
 def test_an_unchanged_run_is_listed_without_reading_it_again(tmp_path, monkeypatch):
     w = write_run(tmp_path / "r", steps=20)
     opened: list[str] = []
-    real_open, real_read = _source.open_regular, _source.read_regular
+    real_open, real_folder_open = _source.open_regular, _source.Folder.open
 
     def counting_open(path, root):
         opened.append(str(path))
         return real_open(path, root)
 
-    def counting_read(path, root, limit):
+    def counting_folder_open(self, path, **kw):
         opened.append(str(path))
-        return real_read(path, root, limit)
+        return real_folder_open(self, path, **kw)
 
     monkeypatch.setattr(_source, "open_regular", counting_open)
-    monkeypatch.setattr(_source, "read_regular", counting_read)
+    monkeypatch.setattr(_source.Folder, "open", counting_folder_open)
     try:
         with client(tmp_path) as c:
             c.get("/api/runs")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from chute._util.safe_open import inside, open_regular, read_regular
+from chute._util.safe_open import Folder, inside, open_regular, read_regular
 from chute.errors import ChuteError, UnsafeFileError
 
 
@@ -75,3 +75,29 @@ def test_a_missing_file_stays_file_not_found(tmp_path: Path) -> None:
 
 def test_unsafe_file_error_is_a_chute_error_and_an_os_error() -> None:
     assert issubclass(UnsafeFileError, ChuteError) and issubclass(UnsafeFileError, OSError)
+
+
+def test_a_folder_link_out_above_the_file_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "m0.f32").write_bytes(b"secret")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "plattli").symlink_to(outside)  # the file itself is no link: its folder leads out
+    folder = Folder(run)
+    with pytest.raises(UnsafeFileError, match="outside"):
+        folder.open(run / "plattli" / "m0.f32")
+    with pytest.raises(UnsafeFileError, match="outside"):
+        read_regular(run / "plattli" / "m0.f32", run, limit=100)
+
+
+def test_a_folder_re_pointed_after_it_was_resolved_is_looked_up_again(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x.json").write_bytes(name.encode())
+    (tmp_path / "latest").symlink_to(tmp_path / "a")
+    folder = Folder(tmp_path / "latest")
+    assert folder.read(tmp_path / "latest" / "x.json", 10) == b"a"
+    (tmp_path / "latest").unlink()
+    (tmp_path / "latest").symlink_to(tmp_path / "b")
+    assert folder.read(tmp_path / "latest" / "x.json", 10) == b"b"

@@ -17,21 +17,32 @@ from pathlib import Path
 
 from chute.errors import UnsafeFileError
 
-__all__ = ["create_regular", "inside", "open_regular", "open_unlinked", "read_regular"]
+__all__ = [
+    "Folder",
+    "create_regular",
+    "inside",
+    "open_regular",
+    "open_unlinked",
+    "read_regular",
+]
 
 # O_NONBLOCK makes open() of a FIFO with no writer return at once instead of hanging; the
 # fstat that follows then refuses it. It is cleared again for regular files.
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 
 
-def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
+def _within(real: str, real_root: str) -> bool:
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str:
     """``path`` with its symlinks resolved, if that lies inside ``root`` (also resolved).
 
-    >>> import tempfile, pathlib
+    >>> import os, tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> (root / "a.json").write_text("{}")
     2
-    >>> inside(root / "a.json", root) == (root / "a.json").resolve()
+    >>> inside(root / "a.json", root) == os.path.realpath(root / "a.json")
     True
     >>> (root / "out.json").symlink_to("/etc/hostname")
     >>> inside(root / "out.json", root)
@@ -39,11 +50,81 @@ def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> Path:
     ...
     chute.errors.UnsafeFileError: .../out.json resolves to /etc/hostname, outside ...
     """
-    real_root = Path(os.path.realpath(root))  # os.path.realpath: half the cost of resolve()
-    real = Path(os.path.realpath(path))
-    if real != real_root and not real.is_relative_to(real_root):
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if not _within(real, real_root):
         raise UnsafeFileError(f"{path} resolves to {real}, outside {real_root}")
     return real
+
+
+class Folder:
+    """A folder whose files are opened many times (a live metric run, a store's chunk files):
+    its real path is resolved once, and each open is then one ``open`` and one look at where
+    the descriptor landed, instead of resolving both paths again. The cached real path can
+    only make a check stricter (a folder re-pointed since is looked up again before a file is
+    refused), so the rule is `open_regular`'s.
+
+    >>> import os, tempfile
+    >>> folder = Folder(tempfile.mkdtemp())
+    >>> with open(os.path.join(folder.root, "a.f32"), "wb") as f:
+    ...     _ = f.write(b"1234")
+    >>> fd = folder.open(os.path.join(folder.root, "a.f32"))
+    >>> os.read(fd, 8)
+    b'1234'
+    >>> os.close(fd)
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.fspath(root)
+        self._real = os.path.realpath(self.root)
+
+    def open(self, path: str | os.PathLike[str], *, write: bool = False) -> int:
+        """`open_regular` of ``path`` in this folder."""
+        flags = (_FLAGS | os.O_RDWR) if write else _FLAGS
+        try:
+            fd = os.open(path, flags | os.O_NOFOLLOW)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            # The file is a link: resolve it before opening what it names.
+            return _regular(os.open(inside(path, self.root), flags), path)
+        try:
+            real = _landed(fd, path)
+            if not _within(real, self._real):
+                self._real = os.path.realpath(self.root)
+                if not _within(real, self._real):
+                    raise UnsafeFileError(f"{path} resolves to {real}, outside {self._real}")
+        except BaseException:
+            os.close(fd)
+            raise
+        return _regular(fd, path)
+
+    def read(self, path: str | os.PathLike[str], limit: int) -> bytes:
+        """`read_regular` of ``path`` in this folder."""
+        fd = self.open(path)
+        try:
+            parts: list[bytes] = []
+            size = 0
+            while chunk := os.read(fd, min(1 << 20, limit + 1 - size)):
+                parts.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    raise UnsafeFileError(
+                        f"{path} holds more than the {limit} bytes its format allows"
+                    )
+            return b"".join(parts)
+        finally:
+            os.close(fd)
+
+
+def _landed(fd: int, path: str | os.PathLike[str]) -> str:
+    """Where the open descriptor ``fd`` really is: the kernel's own answer where /proc has it
+    (no race with a rename), else ``path`` resolved."""
+    try:
+        where = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+    return where.removesuffix(" (deleted)")
 
 
 def open_regular(
@@ -61,9 +142,7 @@ def open_regular(
     ...
     chute.errors.UnsafeFileError: .../pipe is a FIFO, not a regular file
     """
-    real = inside(path, root)
-    fd = os.open(real, (_FLAGS | os.O_RDWR) if write else _FLAGS)
-    return _regular(fd, path)
+    return Folder(root).open(path, write=write)
 
 
 def create_regular(
@@ -130,18 +209,7 @@ def read_regular(path: str | os.PathLike[str], root: str | os.PathLike[str], lim
     ...
     chute.errors.UnsafeFileError: .../small holds more than the 2 bytes its format allows
     """
-    fd = open_regular(path, root)
-    try:
-        parts: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, min(1 << 20, limit + 1 - size)):
-            parts.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise UnsafeFileError(f"{path} holds more than the {limit} bytes its format allows")
-        return b"".join(parts)
-    finally:
-        os.close(fd)
+    return Folder(root).read(path, limit)
 
 
 def _regular(fd: int, path: str | os.PathLike[str]) -> int:

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from chute._util.safe_open import open_regular, read_regular
+from chute._util.safe_open import Folder, open_regular
 from chute.errors import CorruptRunError, RunFileMissingError, UnsafeFileError
 
 from . import _format as F
@@ -89,7 +89,7 @@ class DirSource(Source):
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.run = run_folder(root)
+        self.run = Folder(run_folder(root))
 
     def close(self) -> None:
         """Nothing is held open between reads."""
@@ -100,7 +100,7 @@ class DirSource(Source):
     def _open(self, rel: str) -> int | None:
         """A descriptor of the regular file `rel` inside the run, None when it is absent."""
         try:
-            return open_regular(self.where(rel), self.run)
+            return self.run.open(self.where(rel))
         except FileNotFoundError:
             return None
 
@@ -116,7 +116,7 @@ class DirSource(Source):
     def read(self, rel: str, offset: int = 0, length: int = -1) -> bytes | None:
         if length < 0:
             try:
-                return read_regular(self.where(rel), self.run, limit_of(rel))[offset:]
+                return self.run.read(self.where(rel), limit_of(rel))[offset:]
             except FileNotFoundError:
                 return None
         fd = self._open(rel)
