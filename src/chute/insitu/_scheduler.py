@@ -294,16 +294,21 @@ class Engine:
             source = self._chunk_stamp(slab.key)  # now: a chunk changed since shows
             return shared.load(slab.key, shape, dtype, source, held=held), source
 
+        # A slab not published yet (the common case) costs the loop one lstat; only a
+        # published one goes to a thread, for the stats and the CRC of checking it.
         loop = asyncio.get_running_loop()
         delay = 0.0002
         while True:
-            data, source = await loop.run_in_executor(None, load)  # stats, CRC: off the loop
-            if data is not None:
-                self.shared_hits += 1
-                return data, None, source
+            if shared.published(slab.key):
+                data, source = await loop.run_in_executor(None, load)
+                if data is not None:
+                    self.shared_hits += 1
+                    return data, None, source
             lock = shared.try_lock(slab.key)
             if lock is not None:
                 try:  # published just before we locked; or damaged or stale, then removed
+                    if not shared.published(slab.key):  # nobody publishes while we hold it
+                        return None, lock, self._chunk_stamp(slab.key)
                     data, source = await loop.run_in_executor(None, load, True)
                 except BaseException:
                     SharedChunks.unlock(lock)

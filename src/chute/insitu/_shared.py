@@ -178,6 +178,11 @@ class SharedChunks:
     def _name(self, key: SlabKey) -> str:
         return f"{hashlib.sha256(key[0].encode()).hexdigest()[:16]}-{key[1]}"
 
+    def published(self, key: SlabKey) -> bool:
+        """Whether the slab has a published file (one ``lstat``: cheap enough for the event
+        loop; `load` then checks it)."""
+        return os.path.lexists(os.path.join(self.root, self._name(key) + _SUFFIX))
+
     def load(
         self,
         key: SlabKey,
