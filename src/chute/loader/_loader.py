@@ -19,8 +19,8 @@ from chute.loader._sampler import (
     _U64,
     Sampler,
     SamplerLike,
-    WeightedSampler,
     SamplerMode,
+    WeightedSampler,
     _check_u64,
     sampler_config,
 )
