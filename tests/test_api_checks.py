@@ -16,6 +16,8 @@ import zarr
 
 import chute
 import chute.metrics
+from chute.datasets import ShardedStore
+from chute.frameworks import to_device
 from chute.insitu import InSituDataset, InSituOptions, open_geometries, split_by_chunk
 
 
@@ -24,11 +26,34 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("api")
     chute.write_dataset(root / "d.zr", np.arange(8)).close()
     chute.write_ragged(root / "r.zr", [np.arange(2)]).close()
+    chute.write_dataset(root / "s", np.arange(8), shard_records=4).close()
     arr = zarr.open_group(root / "w.zarr", mode="w").create_array(
         "t", shape=(40, 2), chunks=(10, 2), dtype="f4"
     )
     arr[:] = 0
-    return {"d": root / "d.zr", "r": root / "r.zr", "w": root / "w.zarr", "root": root}
+    return {
+        "d": root / "d.zr",
+        "r": root / "r.zr",
+        "s": root / "s",
+        "w": root / "w.zarr",
+        "root": root,
+    }
+
+
+_OPEN: list[Any] = []
+
+
+def _closing(handle: Any) -> Any:
+    """``handle``, closed when the module's tests end (a gather returns an array, not it)."""
+    _OPEN.append(handle)
+    return handle
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_handles() -> Any:
+    yield
+    for handle in _OPEN:
+        handle.close()
 
 
 def _insitu(files: dict[str, Path], **kw: Any) -> InSituDataset:
@@ -55,6 +80,10 @@ ENTRIES: list[tuple[str, str, Callable[[dict[str, Path], Any], Any], bool]] = [
     ("InSituDataset", "prefetch", lambda f, v: _insitu(f, prefetch=v), False),
     ("InSituDataset", "num_threads", lambda f, v: _insitu(f, num_threads=v), False),
     ("InSituOptions", "max_inflight", lambda f, v: InSituOptions(max_inflight=v), False),
+    ("RecordStore.gather", "num_threads", lambda f, v: _closing(chute.RecordStore(f["d"])).gather([0, 1], num_threads=v), False),
+    ("RecordStore.gather_packed", "num_threads", lambda f, v: _closing(chute.RecordStore(f["d"])).gather_packed([0], num_threads=v), False),
+    ("ShardedStore.gather_into", "num_threads", lambda f, v: _closing(ShardedStore(f["s"])).gather_into([0, 5], np.zeros(2, np.int64), [0, 8], num_threads=v), False),
+    ("to_device", "depth", lambda f, v: to_device(chute.DataLoader({"x": np.arange(8.0)}, 2), "cpu", depth=v), True),
     ("CompactingWriter", "hotsize", lambda f, v: chute.metrics.CompactingWriter(f["root"] / "m", hotsize=v), False),
     ("DirectWriter", "write_threads", lambda f, v: chute.metrics.DirectWriter(f["root"] / "n", write_threads=v - 1 if isinstance(v, int) and not isinstance(v, bool) else v), False),
 ]  # fmt: skip
@@ -89,6 +118,7 @@ MISSPELT: list[tuple[str, Callable[[dict[str, Path]], Any], str]] = [
     ("RecordStore", lambda f: chute.RecordStore(f["d"], num_thread=2), "num_threads"),
     ("write_dataset", lambda f: chute.write_dataset(f["root"] / "p", np.arange(3), shard_record=2), "shard_records"),
     ("InSituDataset", lambda f: _insitu(f, bacth_size=8), "batch_size"),
+    ("to_device", lambda f: to_device(chute.DataLoader({"x": np.arange(8.0)}, 2), "cpu", dept=2), "depth"),
     ("chute.ray.write_dataset", lambda f: __import__("chute.ray").ray.write_dataset(f["root"] / "q", None, shard_record=2), "shard_records"),
 ]  # fmt: skip
 
@@ -108,6 +138,14 @@ def test_old_spellings_warn_and_work(files: dict[str, Path]) -> None:
         chute.Dataset(files["d"], threads=2).close()
     with pytest.warns(DeprecationWarning, match="spells it num_threads="):
         chute.RecordStore(files["d"], threads=2).close()
+    with chute.RecordStore(files["d"]) as store, ShardedStore(files["s"]) as sharded:
+        for source in (store, sharded):
+            with pytest.warns(
+                DeprecationWarning, match="threads= is deprecated; chute spells it num_threads="
+            ):
+                assert source.gather([1], threads=1).view(np.int64).tolist() == [[1]]
+            with pytest.raises(TypeError, match=r"both threads= \(deprecated\) and num_threads="):
+                source.gather_packed([1], threads=1, num_threads=1)
     with pytest.warns(
         DeprecationWarning, match="prefetch_depth= is deprecated; chute spells it prefetch="
     ):

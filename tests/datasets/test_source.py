@@ -33,12 +33,12 @@ def test_both_stores_are_record_sources_with_one_signature(source: Any) -> None:
     assert isinstance(source, RecordSource)
     assert source.supports_writes is False and len(source) == 10
     idx = [9, 0, 5]
-    rows = source.gather(idx, threads=1)  # out= optional, threads= taken, by both
+    rows = source.gather(idx, num_threads=1)  # out= optional, num_threads= taken, by both
     assert rows.dtype == np.uint8 and np.array_equal(rows.view(np.int32), ROWS[idx])
-    values, _ = source.gather_packed(idx, threads=2)
+    values, _ = source.gather_packed(idx, num_threads=2)
     assert np.array_equal(values.view(np.int32).reshape(3, 4), ROWS[idx])
     out = np.zeros((3, 4), np.int32)
-    source.gather_into(idx, out, [0, 16, 32], threads=1)
+    source.gather_into(idx, out, [0, 16, 32], num_threads=1)
     assert np.array_equal(out, ROWS[idx])
     report = source.verify(progress=lambda done, total: None)
     assert {k: report[k] for k in ("records", "checked", "unchecked", "damaged")} == {

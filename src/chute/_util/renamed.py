@@ -26,6 +26,8 @@ import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar, cast
 
+from chute._util.checks import check_int
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -65,6 +67,27 @@ def move_renamed(
         warnings.warn(
             f"{old}= is {origin}; chute spells it {new}=", DeprecationWarning, stacklevel=stacklevel
         )
+
+
+def call_threads(where: str, num_threads: object, threads: object, default: int) -> int:
+    """The cores one call of a batch method (``gather`` ...) may use: its ``num_threads=``,
+    or the deprecated ``threads=`` (with the warning `move_renamed` gives; both given is a
+    ``TypeError``), checked as every integer option is, else ``default`` (the handle's).
+    Inline rather than a keyword-translating wrapper: this runs once per batch.
+
+    >>> call_threads("RecordStore.gather", None, None, 8), call_threads("gather", 2, None, 8)
+    (8, 2)
+    """
+    if threads is not None:
+        if num_threads is not None:
+            raise TypeError(f"{where}() got both threads= (deprecated) and num_threads=")
+        warnings.warn(
+            "threads= is deprecated; chute spells it num_threads=", DeprecationWarning, stacklevel=3
+        )
+        num_threads = threads
+    if num_threads is None:
+        return default
+    return check_int("num_threads", num_threads, minimum=1)
 
 
 def legacy_arguments(

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from chute._util.checks import check_optional_int
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
-from chute._util.renamed import legacy_arguments
+from chute._util.renamed import call_threads, legacy_arguments
 from chute._util.safe_open import inside
 from chute._util.waiting import wait_all
 from chute.datasets._schema import RecordSchema
@@ -233,10 +233,12 @@ class ShardedStore(Closing):
         indices: IndexLike,
         out: npt.NDArray[Any] | None = None,
         *,
+        num_threads: int | None = None,
         threads: int | None = None,
     ) -> npt.NDArray[Any]:
         """Decode equal-size records into the rows of ``out`` (C-contiguous, n rows; a new
-        (n, size) uint8 array if None) on ``threads`` cores (default: the handle's)."""
+        (n, size) uint8 array if None) on ``num_threads`` cores (default: the handle's)."""
+        cores = call_threads("ShardedStore.gather", num_threads, threads, self._threads)
         idx = self._as_indices(indices)
         if out is None:
             size = int(self.lengths(idx[:1])[0]) if idx.size else 0
@@ -246,7 +248,7 @@ class ShardedStore(Closing):
             return out
         stride = out_stride(out, idx.size)
         dst = out
-        self._guarded(lambda: self._gather(idx, dst, stride, threads or self._threads))
+        self._guarded(lambda: self._gather(idx, dst, stride, cores))
         return out
 
     def _gather(
@@ -255,7 +257,7 @@ class ShardedStore(Closing):
         parts = list(self._split(idx))
         if len(parts) == 1:  # one shard: the plain gather, which checks every size itself
             self._count(parts[0][0])
-            parts[0][1].gather(parts[0][3], out, threads=threads)
+            parts[0][1].gather(parts[0][3], out, num_threads=threads)
             return
         for s, store, pos, local in parts:  # every size checked before any byte is written
             sizes = store.lengths(local) if self._uniform[s] != stride else None
@@ -269,20 +271,25 @@ class ShardedStore(Closing):
         self._run(
             parts,
             lambda store, pos, local, cores: store.gather_into(
-                local, out, pos * stride, threads=cores
+                local, out, pos * stride, num_threads=cores
             ),
             threads,
         )
 
     def gather_packed(
-        self, indices: IndexLike, *, threads: int | None = None
+        self,
+        indices: IndexLike,
+        *,
+        num_threads: int | None = None,
+        threads: int | None = None,
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
         """Decode records of any sizes end to end: ``(values, offsets)`` with n+1 offsets."""
+        cores = call_threads("ShardedStore.gather_packed", num_threads, threads, self._threads)
         idx = self._as_indices(indices)
         offsets = np.zeros(idx.size + 1, np.uint64)
         np.cumsum(self.lengths(idx), out=offsets[1:])
         values = np.empty(int(offsets[-1]), np.uint8)
-        self.gather_into(idx, values, offsets[:-1], threads=threads)
+        self.gather_into(idx, values, offsets[:-1], num_threads=cores)
         return values, offsets
 
     def gather_into(
@@ -291,10 +298,12 @@ class ShardedStore(Closing):
         out: npt.NDArray[Any],
         offsets: npt.NDArray[np.integer[Any]] | Sequence[int],
         *,
+        num_threads: int | None = None,
         threads: int | None = None,
     ) -> npt.NDArray[Any]:
         """Decode record i to byte ``offsets[i]`` of ``out``: one native call per shard, on
-        ``threads`` cores in all (default: the handle's)."""
+        ``num_threads`` cores in all (default: the handle's)."""
+        cores = call_threads("ShardedStore.gather_into", num_threads, threads, self._threads)
         idx = self._as_indices(indices)
         offs = np.ascontiguousarray(offsets, dtype=np.uint64).reshape(-1)
         if offs.size != idx.size:
@@ -303,9 +312,9 @@ class ShardedStore(Closing):
             lambda: self._run(
                 list(self._split(idx)),
                 lambda store, pos, local, cores: store.gather_into(
-                    local, out, offs[pos], threads=cores
+                    local, out, offs[pos], num_threads=cores
                 ),
-                threads or self._threads,
+                cores,
             )
         )
         return out

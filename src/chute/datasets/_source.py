@@ -65,13 +65,18 @@ class RecordSource(Protocol):
         indices: IndexLike,
         out: npt.NDArray[Any] | None = None,
         *,
+        num_threads: int | None = None,
         threads: int | None = None,
     ) -> npt.NDArray[Any]:
         """Decode equal-size records into the rows of ``out`` (a new uint8 array if None)."""
         ...
 
     def gather_packed(
-        self, indices: IndexLike, *, threads: int | None = None
+        self,
+        indices: IndexLike,
+        *,
+        num_threads: int | None = None,
+        threads: int | None = None,
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
         """Decode records of any sizes end to end: ``(values, offsets)``, n+1 offsets."""
         ...
@@ -82,6 +87,7 @@ class RecordSource(Protocol):
         out: npt.NDArray[Any],
         offsets: npt.NDArray[np.integer[Any]] | Sequence[int],
         *,
+        num_threads: int | None = None,
         threads: int | None = None,
     ) -> npt.NDArray[Any]:
         """Decode record i to byte ``offsets[i]`` of ``out``."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 from chute._util.buffers import Allocate, BatchBuffers
 from chute._util.checks import check_int
 from chute._util.closing import Closing
+from chute._util.renamed import legacy_arguments
 from chute._util.waiting import first_failure
 from chute.loader._pipeline import MAX_PREFETCH
 
@@ -396,6 +397,7 @@ def to_device(
 ) -> DeviceView: ...
 
 
+@legacy_arguments()
 def to_device(
     source: Any,
     device: Any = None,

@@ -23,7 +23,7 @@ from chute._util.checks import check_optional_int
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
 from chute._util.fs import lock_shared_wait, unlock
-from chute._util.renamed import legacy_arguments
+from chute._util.renamed import call_threads, legacy_arguments
 from chute._util.safe_open import open_regular
 from chute.errors import (
     CorruptStoreError,
@@ -88,7 +88,8 @@ class RecordStore(Closing):
         codec: the default codec of `append`.
         level: zstd level; defaults to 3 for ``"zstd"`` and 19 for ``"zstd_dict"``.
         verify: check every returned record against the CRC-32C written with it.
-        threads: cores used by gather and compression (default: all this process may use).
+        num_threads: cores used by gather and compression (default: all this process may
+            use); each read method takes its own ``num_threads=`` for one call.
         durable: fsync between the steps of every write (survives power loss, slower).
     """
 
@@ -299,15 +300,17 @@ class RecordStore(Closing):
         indices: IndexLike,
         out: npt.NDArray[Any] | None = None,
         *,
+        num_threads: int | None = None,
         threads: int | None = None,
     ) -> npt.NDArray[Any]:
         """Decode equal-size records into rows of ``out`` (a new (n, size) uint8 array if None)
-        on ``threads`` cores (default: the handle's).
+        on ``num_threads`` cores (default: the handle's).
 
         ``out`` may be any writeable C-contiguous array of a plain dtype (no Python objects)
         holding ``n * size`` bytes, so records land directly in a batch of the caller's dtype
         and shape.
         """
+        cores = call_threads("RecordStore.gather", num_threads, threads, self._threads)
         self._check_open()
         idx = self._as_indices(indices)
         n = len(idx)
@@ -321,16 +324,20 @@ class RecordStore(Closing):
         self._read(
             idx, stride,
             lambda s: _read.gather(s, idx, dst, stride, None, verify=self._verify,
-                                   threads=threads or self._threads),
+                                   threads=cores),
         )  # fmt: skip
         return out
 
     def gather_packed(
-        self, indices: IndexLike, *, threads: int | None = None
+        self,
+        indices: IndexLike,
+        *,
+        num_threads: int | None = None,
+        threads: int | None = None,
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
         """Decode records of any sizes end to end: ``(values, offsets)`` with n+1 offsets."""
+        cores = call_threads("RecordStore.gather_packed", num_threads, threads, self._threads)
         idx = self._as_indices(indices)
-        cores = threads or self._threads
         values, offsets, _ = self._read(
             idx, 0, lambda s: _read.packed(s, idx, verify=self._verify, threads=cores)
         )
@@ -342,14 +349,16 @@ class RecordStore(Closing):
         out: npt.NDArray[Any],
         offsets: npt.NDArray[np.integer[Any]] | Sequence[int],
         *,
+        num_threads: int | None = None,
         threads: int | None = None,
     ) -> npt.NDArray[Any]:
         """Decode record i to byte ``offsets[i]`` of ``out`` (C-contiguous, plain dtype), in
-        one native call on ``threads`` cores (default: the handle's).
+        one native call on ``num_threads`` cores (default: the handle's).
 
         A slot may be larger than its record (the rest is left as it was), so a padded batch
         is filled in place: fill ``out`` with the pad value, then gather into it.
         """
+        cores = call_threads("RecordStore.gather_into", num_threads, threads, self._threads)
         self._check_open()
         idx = self._as_indices(indices)
         offs = np.ascontiguousarray(offsets, dtype=np.uint64).reshape(-1)
@@ -359,7 +368,7 @@ class RecordStore(Closing):
             self._read(
                 idx, 0,
                 lambda s: _read.gather(s, idx, out, 0, offs, verify=self._verify,
-                                       threads=threads or self._threads),
+                                       threads=cores),
             )  # fmt: skip
         return out
 
