@@ -189,7 +189,7 @@ def test_durable_store_syncs_the_directory_before_naming_a_chunk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from chute import _native
-    from chute.store import _write
+    from chute.store import _opening, _write
 
     monkeypatch.setattr(_format, "CHUNK_LIMIT", 10_000)
     path = tmp_path / "s.zr"
@@ -207,6 +207,7 @@ def test_durable_store_syncs_the_directory_before_naming_a_chunk(
         real_store_state(buf, tail_chunk, offset, length)
 
     monkeypatch.setattr(_write, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(_opening, "fsync_dir", fsync_dir)
     monkeypatch.setattr(_native, "store_state", store_state)
     with RecordStore(path, mode="w", codec="raw", durable=True) as s:
         for k in range(12):

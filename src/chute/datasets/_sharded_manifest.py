@@ -48,7 +48,7 @@ from chute.errors import (
     StoreNotFoundError,
     UnsafeFileError,
 )
-from chute.store._format import MAX_RECORDS, META_FILE, SHARDED_MANIFEST
+from chute.store._internal import MAX_RECORDS, META_FILE, SHARDED_MANIFEST
 
 MANIFEST_FILE: Final = SHARDED_MANIFEST
 #: dataset.json's size cap: about 900 000 shards, where chute writes ~75 bytes per shard.

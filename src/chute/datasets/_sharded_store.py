@@ -30,10 +30,10 @@ from chute.datasets._sharded_manifest import Manifest, is_sharded, read_manifest
 from chute.datasets._source import RecordSource
 from chute.errors import ChuteError, CorruptStoreError, StoreChangedError, StoreClosedError
 from chute.store import RecordStore
-from chute.store._files import StoreFiles
 from chute.store._internal import (
     IndexLike,
     PartReport,
+    StoreFiles,
     VerifyReport,
     as_indices,
     check_indices,

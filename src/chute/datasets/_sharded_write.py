@@ -45,8 +45,13 @@ from chute.datasets._sharded_manifest import (
 )
 from chute.errors import StoreKindError, UnsafeFileError
 from chute.store import RecordStore
-from chute.store._format import GEN_FILE, MAX_RECORDS, META_FILE, is_store_file
-from chute.store._write import bump_generation
+from chute.store._internal import (
+    GEN_FILE,
+    MAX_RECORDS,
+    META_FILE,
+    bump_generation,
+    is_store_file,
+)
 
 Options = dict[str, Any]
 """The per-shard writer's keyword arguments (codec, chunk_bytes, dict_size, level ...)."""

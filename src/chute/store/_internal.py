@@ -14,35 +14,55 @@ modules (`_format`, `_codec`, `_io` ...) can change without reaching through the
 * `sample_rows`: which rows to train a zstd dictionary on.
 * `write_file_atomic`: replace a small file so a crash leaves the old or the new, never half.
 * `check_out`, `out_stride`: an ``out=`` array checked, the problem named (`OutBufferError`).
+* `StoreFiles`: a store's open files (the sharded reader's folder-identity check uses it).
+* `META_FILE`, `GEN_FILE`, `SHARDED_MANIFEST`, `MAX_RECORDS`, `is_store_file`: the names of
+  a store's files (and the sharded manifest, which a store refuses to open beside), and the
+  format's cap on records.
+* `bump_generation`: raise a folder's generation, so every open reader of it fails its next
+  read instead of reading what is being replaced.
 """
 
 from chute._util.fs import write_file_atomic
 from chute.store._codec import sample_rows
+from chute.store._files import StoreFiles
 from chute.store._format import (
     CODEC_NAMES,
+    GEN_FILE,
     MAX_RECORD,
+    MAX_RECORDS,
+    META_FILE,
     SCHEMA_FILE,
+    SHARDED_MANIFEST,
     check_record_bytes,
     codec_name,
+    is_store_file,
     parse_codec,
 )
 from chute.store._index import IndexLike, as_indices, check_indices, index_bounds
+from chute.store._opening import bump_generation
 from chute.store._out import check_out, out_stride
 from chute.store._read import PartReport, VerifyReport
 
 __all__ = [
     "CODEC_NAMES",
+    "GEN_FILE",
     "MAX_RECORD",
+    "MAX_RECORDS",
+    "META_FILE",
     "SCHEMA_FILE",
+    "SHARDED_MANIFEST",
     "IndexLike",
     "PartReport",
+    "StoreFiles",
     "VerifyReport",
     "as_indices",
+    "bump_generation",
     "check_indices",
     "check_out",
     "check_record_bytes",
     "codec_name",
     "index_bounds",
+    "is_store_file",
     "out_stride",
     "parse_codec",
     "sample_rows",

@@ -37,9 +37,10 @@ from chute.store import _read
 from chute.store._codec import sample_rows
 from chute.store._files import Snapshot, StoreFiles, empty_snapshot
 from chute.store._index import IndexLike, as_indices, flat_int64
+from chute.store._opening import open_for_writing
 from chute.store._out import out_stride
 from chute.store._read import VerifyReport
-from chute.store._write import APPEND_SLICE, Writer, open_for_writing
+from chute.store._write import APPEND_SLICE, Writer
 
 Mode = Literal["r", "a", "w"]
 
