@@ -11,10 +11,11 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
+from chute._objects import check_options
 from chute._util.checks import check_int
 
 from ._aio import run_sync
-from ._store import StoreLike, check_store_options, open_store, store_name
+from ._store import StoreLike, open_store, store_name
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,6 @@ def open_geometries(
     ((40, 3, 4), 4, (3, 4), '<f4')
     """
     _check_axis(sample_axis)
-    check_store_options(url, store_kwargs, "open_geometries", ["variables", "sample_axis"])
+    check_options(url, store_kwargs, "open_geometries", ["variables", "sample_axis"])
     store = open_store(url, **store_kwargs)
     return run_sync(_open_geometries(store, variables, sample_axis, store_name(url)))

@@ -15,11 +15,12 @@ from zarr.abc.store import Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore, ObjectStore
 
+from chute._objects import check_options, is_option
 from chute._util.checks import check_optional_int
 from chute._util.process_slice import SliceSpec
 
 from ._geometry import ArrayGeometry
-from ._store import StoreLike, check_store_options, is_store_option
+from ._store import StoreLike
 from ._transforms import BatchTransform, ChunkTransform
 
 # insitubatch options chute does not take, and why (an error says so instead of "unknown")
@@ -79,9 +80,9 @@ def check_keywords(
     """Every extra keyword must be a store option of ``url``: else a ``TypeError`` naming
     it and the nearest valid keyword, before anything is opened or read."""
     for key in store_kwargs:
-        if key in NOT_TAKEN and not is_store_option(url, key):
+        if key in NOT_TAKEN and not is_option(url, key):
             raise TypeError(f"InSituDataset does not take insitubatch's {key}=: {NOT_TAKEN[key]}")
-    check_store_options(url, store_kwargs, "InSituDataset", keywords)
+    check_options(url, store_kwargs, "InSituDataset", keywords)
 
 
 def identity_of(

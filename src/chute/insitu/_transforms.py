@@ -156,11 +156,13 @@ class StandardScaler:
         """
         import zarr
 
+        from chute._objects import check_options
+
         from ._geometry import open_geometries
-        from ._store import check_store_options, open_store
+        from ._store import open_store
 
         names = ["variables", "n_chunks", "split", "seed"]
-        check_store_options(url, store_kwargs, "StandardScaler.fit", names)
+        check_options(url, store_kwargs, "StandardScaler.fit", names)
         store = open_store(url, **store_kwargs)
         geoms = open_geometries(store, variables)
         ids = manifest.chunk_ids(split)

@@ -1,0 +1,77 @@
+"""The one URL resolver: schemes, options checked before any request, the same for insitu."""
+
+from __future__ import annotations
+
+import pytest
+
+from chute._objects import is_remote_url, open_location, scheme_of
+from chute.insitu import open_geometries
+
+
+@pytest.mark.parametrize(
+    ("url", "scheme"),
+    [
+        ("s3://b/p", "s3"),
+        ("S3A://b/p", "s3"),
+        ("gs://b/p", "gs"),
+        ("gcs://b", "gs"),
+        ("az://c/p", "az"),
+        ("abfss://c/p", "az"),
+        ("https://example.org/d", "https"),
+        ("file:///tmp/x", "file"),
+        ("/tmp/x", None),
+        ("ftp://h/x", None),
+    ],
+)
+def test_schemes(url: str, scheme: str | None) -> None:
+    assert scheme_of(url) == scheme
+
+
+def test_each_object_store_scheme_builds_its_store_without_a_request() -> None:
+    for url, kw in [
+        ("s3://bucket/a/b", {"region": "eu-west-1", "skip_signature": True}),
+        ("gs://bucket/a", {"skip_signature": True}),
+        ("az://container/a", {"account_name": "acct", "skip_signature": True}),
+    ]:
+        loc = open_location(url, **kw)
+        assert loc.remote and loc.writable and type(loc.store).__name__.endswith("Store")
+    web = open_location("https://example.org/data")
+    assert web.remote and not web.writable
+    local = open_location("file:///tmp/somewhere")
+    assert not local.remote and local.local == "/tmp/somewhere" and local.store is None
+    assert not is_remote_url("file:///tmp/x") and is_remote_url("gs://b")
+
+
+@pytest.mark.parametrize(
+    ("url", "key", "near"),
+    [
+        ("s3://b/p", "regoin", "region"),
+        ("s3://b/p", "endpiont", "endpoint"),
+        ("gs://b/p", "service_acount", "service_account"),
+        ("az://c/p", "acount_name", "account_name"),
+    ],
+)
+def test_a_misspelt_option_names_the_nearest(url: str, key: str, near: str) -> None:
+    with pytest.raises(
+        TypeError, match=rf"unexpected keyword argument '{key}'; did you mean '{near}'"
+    ):
+        open_location(url, **{key: "x"})
+
+
+def test_options_in_obstore_spellings_are_taken() -> None:
+    open_location("s3://b/p", AWS_REGION="eu-west-1", aws_skip_signature=True)
+    open_location("gs://b/p", google_skip_signature=True)
+
+
+def test_options_with_a_local_path_or_an_unknown_scheme_are_refused() -> None:
+    with pytest.raises(TypeError, match="apply to object-storage URLs only"):
+        open_location("/tmp/x", region="eu-west-1")
+    with pytest.raises(ValueError, match="unsupported URL scheme"):
+        open_location("ftp://host/x")
+    with pytest.raises(ValueError, match="names no bucket"):
+        open_location("s3:///just/a/path")
+
+
+def test_insitu_resolves_the_same_way() -> None:
+    with pytest.raises(TypeError, match="did you mean 'region'"):
+        open_geometries("s3://b/p.zarr", regoin="eu-west-1")
