@@ -1,15 +1,10 @@
-"""Small Zarr v3 archives whose values encode their own index, and a local S3 server."""
+"""Small Zarr v3 archives whose values encode their own index (the S3 server is the suite's,
+in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +14,8 @@ import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.storage import LocalStore, WrapperStore
+
+from tests.conftest import S3_OPTIONS
 
 N = 203  # samples: 25 full chunks of 8 and a short one of 3
 CHUNK = 8
@@ -70,51 +67,6 @@ class CountingStore(WrapperStore[Store]):
 @pytest.fixture
 def counting(archive: Path) -> CountingStore:
     return CountingStore(LocalStore(str(archive), read_only=True))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[str]:
-    """A moto S3 server on 127.0.0.1 (bounded start-up wait, always stopped)."""
-    exe = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
-    port = _free_port()
-    proc = subprocess.Popen(
-        [exe, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120  # its first answer loads moto's backends: slow under load
-        while True:
-            try:
-                urllib.request.urlopen(endpoint, timeout=10).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not start on {endpoint}") from None
-                time.sleep(0.1)
-        yield endpoint
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-S3_OPTIONS = {
-    "region": "us-east-1",
-    "access_key_id": "testing",
-    "secret_access_key": "testing",
-    "client_options": {"allow_http": True},
-}
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,65 @@
+"""Shared by every test folder: a real S3 API server (moto) on 127.0.0.1, started once."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+S3_OPTIONS = {
+    "region": "us-east-1",
+    "access_key_id": "testing",
+    "secret_access_key": "testing",
+    "client_options": {"allow_http": True},
+}
+"""What chute needs besides ``endpoint=`` to reach the test server."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 (bounded start-up wait, always stopped)."""
+    exe = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
+    port = _free_port()
+    proc = subprocess.Popen(
+        [exe, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120  # its first answer loads moto's backends: slow under load
+        while True:
+            try:
+                urllib.request.urlopen(endpoint, timeout=10).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto_server did not start on {endpoint}") from None
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def make_bucket(endpoint: str, bucket: str) -> None:
+    """Create ``bucket`` on the test server (an existing one is kept)."""
+    request = urllib.request.Request(f"{endpoint}/{bucket}", method="PUT")
+    urllib.request.urlopen(request).close()
