@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "BadChunkError",
+    "CacheTooSmallError",
     "ChecksumError",
     "ChuteError",
     "ColumnTypeError",
@@ -21,6 +22,9 @@ __all__ = [
     "OutBufferError",
     "PlotError",
     "RecordIndexError",
+    "RemoteChangedError",
+    "RemoteError",
+    "RemoteNotFoundError",
     "RunFileMissingError",
     "RunFinalizedError",
     "RunHasStepsError",
@@ -564,3 +568,46 @@ class StateMismatchError(ChuteError, ValueError):
     ) -> None:
         super().__init__(message)
         self.differences = {} if differences is None else differences
+
+
+class RemoteError(ChuteError, OSError):
+    """A request to object storage (or a web server) failed for good: denied, throttled or
+    dropped after the bounded retries, or answered with something other than what was asked.
+    The message names the URL (and the record, for a read); nothing wrong was returned.
+
+    >>> from chute.errors import RemoteError
+    >>> err = RemoteError("s3://bucket/d/chunk-00000.zr: 403 Forbidden (record 7)")
+    >>> isinstance(err, OSError), "record 7" in str(err)
+    (True, True)
+    """
+
+
+class RemoteNotFoundError(RemoteError, FileNotFoundError):
+    """An object a dataset needs is not at its URL (a dataset not there, or a file of it
+    missing).
+
+    >>> from chute.errors import RemoteNotFoundError
+    >>> isinstance(RemoteNotFoundError("s3://bucket/d/meta.zr"), FileNotFoundError)
+    True
+    """
+
+
+class RemoteChangedError(RemoteError, StoreChangedError):
+    """An object changed since the dataset was opened (its ETag or size differs from the one
+    read at open): its bytes now may not match the table read then, so they are not used.
+    Reopen the dataset to read the new version.
+
+    >>> from chute.errors import RemoteChangedError, StoreChangedError
+    >>> isinstance(RemoteChangedError("s3://b/d/chunk-00000.zr changed"), StoreChangedError)
+    True
+    """
+
+
+class CacheTooSmallError(ChuteError, ValueError):
+    """A local cache whose ``cache_bytes`` cannot hold what one batch needs at once: it would
+    evict blocks the batch still needs (or wait for ever). Raised at open, naming both sizes.
+
+    >>> from chute.errors import CacheTooSmallError
+    >>> isinstance(CacheTooSmallError("cache_bytes=1024 ..."), ValueError)
+    True
+    """
