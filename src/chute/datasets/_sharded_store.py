@@ -114,6 +114,11 @@ class ShardedStore(Closing):
         return False
 
     @property
+    def shard_lengths(self) -> npt.NDArray[np.int64]:
+        """Records per shard, in index order (a fresh array)."""
+        return np.diff(self._starts)
+
+    @property
     def opened_shards(self) -> tuple[int, ...]:
         return tuple(i for i, s in enumerate(self._stores) if s is not None)
 

@@ -104,6 +104,13 @@ class StoreView(Closing):
         sharded dataset (read-only)."""
         return self._store
 
+    @property
+    def shard_lengths(self) -> npt.NDArray[np.int64] | None:
+        """Records per shard, in index order, for a sharded dataset (None for one store): the
+        groups `chute.ShardWindowSampler` (``DataLoader(sampler="window")``) shuffles by."""
+        lengths: npt.NDArray[np.int64] | None = getattr(self._store, "shard_lengths", None)
+        return lengths
+
     def __len__(self) -> int:
         return len(self._store)
 

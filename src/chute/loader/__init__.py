@@ -6,6 +6,7 @@ from chute.loader._loader import DataLoader
 from chute.loader._sampler import Sampler, SamplerLike, SamplerMode, StepSampler, WeightedSampler
 from chute.loader._streams import Batch, Stream
 from chute.loader._subset import split
+from chute.loader._window import ShardWindowSampler
 
 __all__ = [
     "Batch",
@@ -15,6 +16,7 @@ __all__ = [
     "Sampler",
     "SamplerLike",
     "SamplerMode",
+    "ShardWindowSampler",
     "StepSampler",
     "Stream",
     "WeightedSampler",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -26,29 +26,45 @@ from chute.loader._sampler import (
 )
 from chute.loader._streams import Batch, Stream, as_streams, check_streams
 from chute.loader._subset import IndexSet
+from chute.loader._window import ShardWindowSampler, window_sampler
 
 _DEFAULT_BATCH = 256
+LoaderMode = SamplerMode | Literal["window"]
+"""A mode name `DataLoader(sampler=...)` takes: a `Sampler` mode, or ``"window"`` (a
+`ShardWindowSampler` over the streams' shards)."""
 STEP_END = _U64 - 1
 """The step at which the endless loader ends: reading a step moves the uint64 step counter
 one past it, so the last step that can be read is ``2**64 - 2``."""
 
 
 def _make_sampler(
-    sampler: SamplerMode | SamplerLike, length: int, batch_size: int | None, seed: int | None
+    sampler: LoaderMode | SamplerLike,
+    length: int,
+    batch_size: int | None,
+    seed: int | None,
+    window: int | None = None,
+    streams: Mapping[str, Stream] | None = None,
+    subset: bool = False,
 ) -> SamplerLike:
-    """The loader's sampler over ``length`` positions, from a mode name or a sampler object."""
+    """The loader's sampler over ``length`` positions, from a mode name or a sampler object;
+    ``"window"`` groups them by the shards of the sharded datasets among ``streams``."""
+    if sampler == "window":
+        batch = _DEFAULT_BATCH if batch_size is None else batch_size
+        return window_sampler(streams or {}, length, batch, seed or 0, window, subset=subset)
+    if window is not None:
+        raise TypeError("window= is the shard-window sampler's: pass it with sampler='window'")
     if isinstance(sampler, str):
         return Sampler(length, _DEFAULT_BATCH if batch_size is None else batch_size, sampler,
                        0 if seed is None else seed)  # fmt: skip
     if isinstance(sampler, (int, np.integer)) and not isinstance(sampler, bool):
         raise ValueError(
-            f"sampler={sampler!r}: chute names the modes sampler='sequential', 'iid' or 'cyclic' "
-            "(loaderx's mode codes 0, 1, 2); loaderx's positional order differs from chute's, "
-            "so pass DataLoader arguments by name"
+            f"sampler={sampler!r}: chute names the modes sampler='sequential', 'iid', 'cyclic' "
+            "(loaderx's mode codes 0, 1, 2) and 'window'; loaderx's positional order differs "
+            "from chute's, so pass DataLoader arguments by name"
         )
     if not isinstance(sampler, SamplerLike):
         raise TypeError(
-            f"sampler= takes 'sequential', 'iid', 'cyclic' or a sampler object (length, "
+            "sampler= takes 'sequential', 'iid', 'cyclic', 'window' or a sampler object (length, "
             f"batch_size, step, seek, indices(step, start, stop)), got {type(sampler).__name__}"
         )
     if seed is not None:
@@ -96,6 +112,9 @@ def _check_positions(
         )
     return array.astype(np.uint64, copy=False)
 
+
+#: The samplers of chute, which draw only in ``[0, length)``: the loader need not check them.
+_OURS = (Sampler, WeightedSampler, ShardWindowSampler)
 
 #: The arguments after ``batch_size``, in the order they could be passed by position.
 _POSITIONAL = ("sampler", "seed", "start_step", "num_threads", "prefetch", "transform", "shard")
@@ -145,7 +164,7 @@ class DataLoader(Pipeline):
         streams: Mapping[str, Stream | npt.NDArray[Any]],
         batch_size: int | None = None,
         *,
-        sampler: SamplerMode | SamplerLike = "cyclic",
+        sampler: LoaderMode | SamplerLike = "cyclic",
         seed: int | None = None,
         start_step: int | None = None,
         num_threads: int | None = None,
@@ -154,12 +173,13 @@ class DataLoader(Pipeline):
         shard: SliceSpec = None,
         indices: npt.ArrayLike | None = None,
         timeout: float | None = None,
+        window: int | None = None,
         **renamed: Any,
     ) -> None:
         if renamed:
             given: dict[str, Any] = {"num_threads": num_threads, "prefetch": prefetch}
             given["sampler"] = None if isinstance(sampler, str) and sampler == "cyclic" else sampler
-            moved = translate(renamed, given, [*_POSITIONAL, "indices", "timeout"])
+            moved = translate(renamed, given, [*_POSITIONAL, "indices", "timeout", "window"])
             num_threads = moved.get("num_threads", num_threads)
             prefetch = moved.get("prefetch", prefetch)
             sampler = moved.get("sampler", sampler)
@@ -168,14 +188,13 @@ class DataLoader(Pipeline):
         self._length = length = check_streams(self.streams)
         self.subset = None if indices is None else IndexSet(indices, length)
         self._space = space = length if self.subset is None else len(self.subset)
-        self.sampler: SamplerLike = _make_sampler(sampler, space, batch_size, seed)
+        subset = self.subset is not None
+        self.sampler = _make_sampler(sampler, space, batch_size, seed, window, self.streams, subset)
         if start_step is not None:
             self.sampler.seek(_check_u64("start_step", start_step, end=STEP_END))
         self.shard = resolve_slice(shard, self.sampler.batch_size)
         # chute's own samplers draw only in [0, length), sized as asked: nothing to check
-        self._trusted = type(self.sampler) in (Sampler, WeightedSampler) and (
-            self.sampler.length <= space
-        )
+        self._trusted = type(self.sampler) in _OURS and self.sampler.length <= space
         index, count = self.shard
         share = self.sampler.batch_size // count
         self._slice = (index * share, (index + 1) * share)
