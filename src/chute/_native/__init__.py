@@ -4,7 +4,7 @@ CRC-32C) import it."""
 
 from chute._native import _sampler as sampler_codes  # MODE_* sampler mode codes
 from chute._native import _zrecord as codes  # GE_* gather error codes, MAX_RECORD
-from chute._native._sampler import fill
+from chute._native._sampler import fill, fill_window
 from chute._native._zrecord import (
     compress,
     crc32c,
@@ -25,6 +25,7 @@ __all__ = [
     "compress",
     "crc32c",
     "fill",
+    "fill_window",
     "gather",
     "load_generation",
     "load_state",

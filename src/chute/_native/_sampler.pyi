@@ -10,6 +10,14 @@ def fill(
     first: int,
     out: npt.NDArray[np.uint64],
 ) -> None: ...
+def fill_window(
+    begins: npt.NDArray[np.uint64],
+    shift: npt.NDArray[np.uint64],
+    key: int,
+    cycle: int,
+    first: int,
+    out: npt.NDArray[np.uint64],
+) -> None: ...
 
 MODE_SEQUENTIAL: int
 MODE_IID: int

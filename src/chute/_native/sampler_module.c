@@ -151,9 +151,82 @@ static PyObject *fill(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_RETURN_NONE;
 }
 
+/* One window of the shard-window sampler: stream offset x = begins[0] + P(first + i), P the
+ * cycle's permutation of the window's begins[m] - begins[0] records (keyed by key and cycle,
+ * as a cyclic cycle is), and out[i] = x + shift[t] for the last shard t with begins[t] <= x.
+ * Whatever the tables hold, every read stays inside them. */
+static void fill_window_records(const uint64_t *begins, const uint64_t *shift, size_t m,
+                                uint64_t key, uint64_t cycle, uint64_t first, uint64_t *out,
+                                size_t n) {
+    uint64_t low = begins[0], length = begins[m] - low;
+    feistel_t f;
+    if (length > 1) feistel_init(&f, length, key, cycle);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x = low + (length > 1 ? feistel_permute(&f, first + i) : 0);
+        size_t lo = 0, hi = m; /* the answer lies in [lo, hi) */
+        while (hi - lo > 1) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (begins[mid] <= x) lo = mid;
+            else hi = mid;
+        }
+        out[i] = x + shift[lo];
+    }
+}
+
+/* What is wrong with fill_window's buffers (begins, shift, out) and window position
+ * `first`, or NULL; sets *m and *n (shifts and outputs) when nothing is. */
+static const char *check_window(const Py_buffer *views, uint64_t first, size_t *m, size_t *n) {
+    for (int i = 0; i < 3; i++)
+        if (views[i].len % (Py_ssize_t)sizeof(uint64_t) ||
+            ((uintptr_t)views[i].buf % sizeof(uint64_t)))
+            return "begins, shift and out must be aligned uint64 buffers";
+    *m = (size_t)views[1].len / sizeof(uint64_t);
+    *n = (size_t)views[2].len / sizeof(uint64_t);
+    if (*m == 0 || (size_t)views[0].len / sizeof(uint64_t) != *m + 1)
+        return "a window needs m >= 1 shifts and m + 1 begins";
+    const uint64_t *begins = views[0].buf;
+    if (begins[*m] <= begins[0]) return "the window holds no records";
+    uint64_t length = begins[*m] - begins[0];
+    if (first > length || *n > length - first) return "positions run past the end of the window";
+    return NULL;
+}
+
+/* fill_window(begins, shift, key, cycle, first, out): positions first..first+len(out) of one
+ * window's records in a cycle (see fill_window_records); begins holds the m + 1 increasing
+ * stream offsets of its m shards, shift m values. */
+static PyObject *fill_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    static const char *names[] = {"key", "cycle", "first"};
+    static const int flags[] = {PyBUF_C_CONTIGUOUS, PyBUF_C_CONTIGUOUS,
+                                PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS};
+    uint64_t v[3];
+    if (nargs != 6) return PyErr_Format(PyExc_TypeError, "fill_window takes 6 arguments");
+    for (int i = 0; i < 3; i++)
+        if (get_u64(args[i + 2], names[i], &v[i]) < 0) return NULL;
+    PyObject *objects[3] = {args[0], args[1], args[5]};
+    Py_buffer views[3];
+    int got = 0;
+    while (got < 3 && PyObject_GetBuffer(objects[got], &views[got], flags[got]) == 0) got++;
+    size_t m = 0, n = 0;
+    const char *error = got == 3 ? check_window(views, v[2], &m, &n) : NULL;
+    if (got == 3 && !error) {
+        PyThreadState *state = n >= NOGIL_MIN ? PyEval_SaveThread() : NULL;
+        fill_window_records(views[0].buf, views[1].buf, m, v[0], v[1], v[2], views[2].buf, n);
+        if (state) PyEval_RestoreThread(state);
+    }
+    for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    if (got < 3) return NULL;
+    if (error) {
+        PyErr_SetString(PyExc_ValueError, error);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL,
      "Write a slice of the batch at one step into a uint64 buffer."},
+    {"fill_window", (PyCFunction)(void (*)(void))fill_window, METH_FASTCALL,
+     "Write positions of one window's records in a cycle of the shard-window sampler."},
     {NULL, NULL, 0, NULL},
 };
 

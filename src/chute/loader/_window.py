@@ -13,6 +13,7 @@ batch at any step is computed directly, as in every mode.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import threading
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._native import fill as _fill
+from chute._native import fill_window as _fill_window
 from chute._util.checks import check_int
 from chute.loader._sampler import _MODES, _U64, StepSampler, _check_u64
 from chute.loader._streams import Stream
@@ -53,7 +55,7 @@ class _Cycle:
     order: npt.NDArray[np.uint64]  # shard at each place of the cycle's order
     begins: npt.NDArray[np.uint64]  # stream offset of each place, then the total (places + 1)
     shift: npt.NDArray[np.uint64]  # record = offset + shift[place] (mod 2**64)
-    edges: npt.NDArray[np.uint64]  # stream offset of each window, then the total
+    edges: list[int]  # stream offset of each window, then the total (bisected per batch)
 
 
 def _check_lengths(shard_lengths: npt.ArrayLike) -> npt.NDArray[np.uint64]:
@@ -168,7 +170,7 @@ class ShardWindowSampler(StepSampler):
         begins = np.zeros(places + 1, np.uint64)
         np.cumsum(self._lengths[order], out=begins[1:])
         shift = self._starts[order] - begins[:-1]  # wraps below 0; the sum with an offset does not
-        edges = begins[np.r_[0:places:self.window, places]]  # fmt: skip
+        edges = begins[np.r_[0:places:self.window, places]].tolist()  # fmt: skip
         laid = _Cycle(order, begins, shift, edges)
         with self._lock:  # the loader's workers draw concurrently
             self._cycles[cycle] = laid
@@ -183,21 +185,17 @@ class ShardWindowSampler(StepSampler):
         laid = self._cycle(cycle)
         first = at * self.batch_size + start
         end = first + len(out)
-        edges = laid.edges
-        w = int(np.searchsorted(edges, first, side="right")) - 1
+        edges, places = laid.edges, self._lengths.size
+        w = bisect.bisect_right(edges, first) - 1
         pos = first
         while pos < end:
-            low, high = int(edges[w]), int(edges[w + 1])
+            low, high = edges[w], edges[w + 1]
             if high > pos:  # a window of empty shards holds no position
                 stop = min(end, high)
-                part = out[pos - first : stop - first]
+                head, tail = w * self.window, min((w + 1) * self.window, places)
                 key = _mix64(self._record_key ^ ((w + 1) * _GOLDEN & _MASK))
-                _fill(_CYCLIC, high - low, high - low, key, cycle, pos - low, part)
-                part += np.uint64(low)  # offsets in the cycle's stream of records
-                head = w * self.window
-                tail = min(head + self.window, self._lengths.size)
-                place = head + np.searchsorted(laid.begins[head + 1 : tail], part, side="right")
-                part += laid.shift[place]
+                _fill_window(laid.begins[head : tail + 1], laid.shift[head:tail], key, cycle,
+                             pos - low, out[pos - first : stop - first])  # fmt: skip
                 pos = stop
             w += 1
 
