@@ -62,13 +62,13 @@ def _check_lengths(shard_lengths: npt.ArrayLike) -> npt.NDArray[np.uint64]:
     """The shard lengths as a uint64 array, once they are a non-empty 1-D sequence of
     non-negative integers with a total in ``[1, 2**64)``."""
     given = np.asarray(shard_lengths)
+    if given.shape == (0,):
+        raise ValueError("shard_lengths is empty: a shard-window sampler needs at least one shard")
     if given.dtype == np.bool_ or given.dtype.kind not in "iuO" or given.ndim != 1:
         raise TypeError(
             "shard_lengths must be a 1-D sequence of ints (records per shard), got "
             f"{given.dtype} of shape {given.shape}"
         )
-    if given.size == 0:
-        raise ValueError("shard_lengths is empty: a shard-window sampler needs at least one shard")
     if given.dtype.kind == "O":  # Python ints past int64, or a mix of types
         for i, n in enumerate(given):
             check_int(f"shard_lengths[{i}]", n, maximum=_U64 - 1)
