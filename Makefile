@@ -113,6 +113,7 @@ bench:
 	$(BENCH)/pip uninstall -y -q torchvision
 	$(BENCH)/python bench/store.py --plot
 	$(BENCH)/python bench/sampler.py --plot
+	$(BENCH)/python bench/shuffle.py --plot
 	$(BENCH)/python bench/loader.py --plot
 	$(BENCH)/python bench/metrics.py --plot bench/results/metrics.png
 	$(BENCH)/python bench/insitu.py --s3 --plot

@@ -1,21 +1,23 @@
 """Index sampling: chute's Sampler against numpy and loaderx 0.7.3's sampler.
 
 Per batch cost at 256 / 1024 / 8192 for each mode over a 1M index space, the cost of
-seeking to step 100000 (then drawing that batch), and the weighted sampler against numpy's
-``Generator.choice(p=...)``. Reported as ratios, since this machine is shared and noisy.
+seeking to step 100000 (then drawing that batch), the weighted sampler against numpy's
+``Generator.choice(p=...)``, and the shard-window sampler against the cyclic one. Reported
+as ratios, since this machine is shared and noisy.
 Run: ``python bench/sampler.py [--plot]``; ``--smoke`` runs tiny sizes and writes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 from functools import partial
 
 import numpy as np
 from _steploader import bar_plot, interleaved, per_call, report, table
 from loaderx._sampler import Sampler as LoaderxSampler
 
-from chute import Sampler, WeightedSampler
+from chute import Sampler, ShardWindowSampler, WeightedSampler
 from chute.loader import SamplerMode
 
 LENGTH = 1 << 20
@@ -23,6 +25,8 @@ BATCHES = (256, 1024, 8192)
 CALLS = 400_000  # indices drawn per measurement
 MODES: dict[SamplerMode, int] = {"sequential": 0, "iid": 1, "cyclic": 2}  # -> loaderx code
 SEEK_STEP = 100_000
+SHARD_RECORDS = 1024  # the shard-window sampler's shards: 1024 of them over LENGTH
+WINDOW = 4
 
 
 def _draw_times(rounds: int) -> list[list[object]]:
@@ -100,6 +104,40 @@ def _weighted_times(rounds: int) -> list[list[object]]:
     return rows
 
 
+def _window_times(rounds: int) -> list[list[object]]:
+    """The shard-window sampler against cyclic: a batch, a batch at step 10^15, and the
+    first batch of a cycle (which lays the cycle's shard order out)."""
+    lengths = [SHARD_RECORDS] * (LENGTH // SHARD_RECORDS)
+    rows: list[list[object]] = []
+    for batch in BATCHES:
+        calls = max(200, CALLS // batch)
+        cyclic = Sampler(LENGTH, batch, "cyclic", seed=1)
+        window = ShardWindowSampler(lengths, batch, window=WINDOW, seed=1)
+        far = ShardWindowSampler(lengths, batch, window=WINDOW, seed=1)
+        far.seek(10**15)
+        fresh = ShardWindowSampler(lengths, batch, window=WINDOW, seed=1)
+        cycles = iter(range(0, 1 << 60, fresh.steps_per_cycle))  # a new cycle every call
+
+        def new_cycle(s: ShardWindowSampler = fresh, steps: Iterator[int] = cycles) -> None:
+            s.indices(next(steps))
+
+        t = interleaved(
+            {
+                "cyclic": per_call(cyclic.__next__, calls),
+                "window": per_call(window.__next__, calls),
+                "window far": per_call(far.__next__, calls),
+                "new cycle": per_call(new_cycle, max(20, calls // 10)),
+            },
+            rounds,
+        )
+        rows.append(
+            [batch, f"{t['cyclic'] * 1e6:.2f}", f"{t['window'] * 1e6:.2f}",
+             f"{t['window far'] * 1e6:.2f}", f"{t['new cycle'] * 1e6:.1f}",
+             f"{t['window'] / t['cyclic']:.2f}x"]
+        )  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=7)
@@ -112,6 +150,7 @@ def main() -> None:
     draws = _draw_times(args.rounds)
     seeks = _seek_times(args.rounds)
     weighted = _weighted_times(args.rounds)
+    windows = _window_times(args.rounds)
     body = (
         f"Index space {LENGTH:,}; median of {args.rounds} interleaved rounds. µs per batch; "
         "the ratio columns are how many times faster chute is.\n\n"
@@ -128,6 +167,13 @@ def main() -> None:
         "against numpy's `Generator.choice(p=...)`, which rebuilds its cumulative table on "
         "every call.\n\n"
         + table(["batch", "chute µs", "chute @1e15 µs", "numpy choice µs", "vs numpy"], weighted)
+        + f"\n\nThe shard-window sampler (`ShardWindowSampler`, window={WINDOW}, "
+        f"{LENGTH // SHARD_RECORDS} shards of {SHARD_RECORDS}) against cyclic over the same "
+        "index space: a batch, a batch at step 10^15, and the first batch of a cycle, which "
+        "lays out the cycle's shard order (O(shards), once per cycle). 'cost' is window over "
+        "cyclic per batch (lower is better).\n\n"
+        + table(["batch", "cyclic µs", "window µs", "window @1e15 µs", "new cycle µs",
+                 "cost"], windows)
     )  # fmt: skip
     if args.smoke:
         print(body)
