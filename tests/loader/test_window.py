@@ -285,6 +285,15 @@ def test_bad_arguments_are_clear_errors(
         ShardWindowSampler(lengths, kw.pop("batch_size", 2), **kw)
 
 
+def test_options_are_keywords_and_a_misspelt_one_names_the_nearest() -> None:
+    with pytest.raises(TypeError, match="did you mean 'window'"):
+        ShardWindowSampler([4, 4], 2, windw=2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="positional"):
+        ShardWindowSampler([4, 4], 2, 2)  # type: ignore[misc]
+    with pytest.raises(TypeError, match="did you mean 'window'"):
+        DataLoader({"x": np.arange(8)}, 2, sampler="window", windows=2)
+
+
 def test_numpy_integers_are_taken() -> None:
     s = ShardWindowSampler(np.array([3, 5], np.uint16), np.int64(4), window=np.int8(1))
     assert (s.length, s.batch_size, s.window) == (8, 4, 1)

@@ -134,9 +134,11 @@ class DataLoader(Pipeline):
     transform that never returns does not hold up ``close()`` or the interpreter's exit.
 
     ``sampler`` is a mode name (``"cyclic"``, ``"iid"``, ``"sequential"``, drawn with
-    ``batch_size`` and ``seed``) or a sampler object such as `WeightedSampler`, which carries
-    its own batch size and seed; what it returns for each step is checked (`SamplerError`:
-    a wrong count, a position out of range, not integers). ``indices=`` restricts the loader
+    ``batch_size`` and ``seed``; ``"window"``, a `ShardWindowSampler` over the shards of the
+    sharded dataset among the streams, ``window=`` shards at a time, default 4) or a sampler
+    object such as `WeightedSampler`, which carries its own batch size and seed; what it
+    returns for each step is checked (`SamplerError`: a wrong count, a position out of
+    range, not integers). ``indices=`` restricts the loader
     to those records (a held-out split, say): the sampler then draws positions in
     ``[0, len(indices))``.
 

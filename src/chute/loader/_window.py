@@ -26,6 +26,7 @@ import numpy.typing as npt
 from chute._native import fill as _fill
 from chute._native import fill_window as _fill_window
 from chute._util.checks import check_int
+from chute._util.renamed import legacy_arguments
 from chute.loader._sampler import _MODES, _U64, StepSampler, _check_u64
 from chute.loader._streams import Stream
 
@@ -118,6 +119,7 @@ class ShardWindowSampler(StepSampler):
     True
     """
 
+    @legacy_arguments()
     def __init__(
         self,
         shard_lengths: npt.ArrayLike,
