@@ -6,9 +6,10 @@ of each window; the cycle's batches run through the windows one after the other.
 batch reads one window's shards (two where it straddles a window boundary), so a cache of a few
 shards per host serves a whole epoch with every shard fetched once.
 
-Both permutations are the cyclic sampler's keyed Feistel network (the compiled ``fill``), keyed
-by (seed, cycle) for the shard order and by (seed, cycle, window) for a window's records, so the
-batch at any step is computed directly, as in every mode.
+Both permutations are the cyclic sampler's keyed Feistel network, keyed by (seed, cycle) for
+the shard order (the compiled ``fill``, once per cycle) and by (seed, cycle, window) for a
+window's records (``fill_window``, which also finds each record's shard), so the batch at any
+step is computed directly, as in every mode.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from chute._util.renamed import legacy_arguments
 from chute.loader._sampler import _MODES, _U64, StepSampler, _check_u64
 from chute.loader._streams import Stream
 
-__all__ = ["ShardWindowSampler", "window_sampler"]
+__all__ = ["ShardWindowSampler"]
 
 _CYCLIC = _MODES["cyclic"]
 _MASK = _U64 - 1
