@@ -22,8 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chute._objects import BlockCache
-from chute._objects._cache import HEADER
-from chute.errors import CacheTooSmallError, RemoteChangedError, UnsafeFileError
+from chute._objects._cache import PAGE_BYTES, file_bytes
+from chute.errors import CacheTooSmallError, RemoteChangedError, RemoteError, UnsafeFileError
 from tests.store.isolate import run_isolated
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -95,21 +95,24 @@ def whole_ranges(size: int, step: int) -> list[tuple[int, int]]:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    size=st.integers(0, 3000),
-    block=st.sampled_from([1, 7, 64, 500]),
+    shape=st.one_of(  # (size, block_bytes): small blocks, and blocks of several pages
+        st.tuples(st.integers(0, 2000), st.sampled_from([13, 64, 500])),
+        st.tuples(st.integers(0, 5 * PAGE_BYTES), st.sampled_from([3 * PAGE_BYTES + 5])),
+    ),
     blocks_kept=st.integers(1, 6),
     picks=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), max_size=8),
     seed=st.integers(0, 3),
 )
 def test_random_ranges_read_the_right_bytes(
-    size: int, block: int, blocks_kept: int, picks: list[tuple[float, float]], seed: int
+    shape: tuple[int, int], blocks_kept: int, picks: list[tuple[float, float]], seed: int
 ) -> None:
+    size, block = shape
     data = payload(size, seed)
     ranges = [(min(a, b), max(a, b)) for a, b in ((int(x * size), int(y * size)) for x, y in picks)]
     needed = sorted(
         {i for a, b in ranges if a < b for i in range(a // block, (b - 1) // block + 1)}
     )
-    budget = blocks_kept * (block + HEADER)
+    budget = blocks_kept * file_bytes(block)
     source = Source(data)
     with tempfile.TemporaryDirectory() as tmp:
         with BlockCache(tmp, budget, block_bytes=block) as c:
@@ -132,7 +135,7 @@ def test_a_read_larger_than_the_budget_returns_the_right_bytes(tmp_path: Path) -
     disk within the budget (the blocks are served from memory, never waited for)."""
     data = payload(10 * 100 + 37)
     source = Source(data)
-    budget = 2 * (100 + HEADER)
+    budget = 2 * file_bytes(100)
     with BlockCache(tmp_path, budget, block_bytes=100) as c:
         got = c.read_ranges("big", len(data), [(0, len(data)), (150, 950)], source.fetch)
         assert got == [data, data[150:950]]
@@ -152,6 +155,26 @@ def test_a_fetch_that_returns_other_lengths_is_refused_and_not_cached(tmp_path: 
         assert len(source.fetched) == 3
 
 
+def test_a_fetch_that_fails_leaves_nothing_held(tmp_path: Path) -> None:
+    """The error reaches the caller, and the blocks' locks are released: the next read
+    fetches them (rather than waiting for ever on its own process)."""
+    data = payload(300)
+
+    def fail(ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        raise RemoteError(f"s3://b/obj: 503 Slow Down ({len(ranges)} ranges)")
+
+    def check() -> int:
+        with BlockCache(tmp_path, 10_000, block_bytes=100) as c:
+            with pytest.raises(RemoteError, match="503"):
+                c.read_ranges("obj", 300, [(0, 300)], fail)
+            source = Source(data)
+            assert c.read_ranges("obj", 300, [(50, 250)], source.fetch) == [data[50:250]]
+            assert source.fetched == [(0, 100), (100, 200), (200, 300)]
+        return 0
+
+    assert run_isolated(check, timeout=60) == 0
+
+
 def test_a_bad_range_is_refused(tmp_path: Path) -> None:
     with BlockCache(tmp_path, 10_000, block_bytes=100) as c:
         for bad in [(5, 4), (-1, 3), (0, 301)]:
@@ -166,9 +189,9 @@ def test_a_cache_smaller_than_a_block_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CacheTooSmallError, match=r"cache_bytes=4096 .*block_bytes=4096"):
         BlockCache(tmp_path, 4096, block_bytes=4096)
     assert os.listdir(tmp_path) == []
-    with BlockCache(tmp_path, 4096 + HEADER, block_bytes=4096) as c:
+    with BlockCache(tmp_path, file_bytes(4096), block_bytes=4096) as c:
         c.check_working_set(4096)
-        with pytest.raises(CacheTooSmallError, match=r"4097 bytes.*cache_bytes=4160"):
+        with pytest.raises(CacheTooSmallError, match=rf"4097 bytes.*cache_bytes={4096 + 68}"):
             c.check_working_set(4097)
 
 
@@ -318,7 +341,7 @@ def test_a_fetcher_killed_mid_write_leaves_nothing_torn(tmp_path: Path) -> None:
             pytest.fail("no kill landed mid-write in 20 tries")
         data = payload(32 * step, seed)
         for path in block_files(root):  # what was published is whole
-            assert path.stat().st_size == HEADER + step
+            assert path.stat().st_size == file_bytes(step)
         prefix = hashlib.sha256(f"obj{seed}".encode()).hexdigest()[:32]
         published = sum(p.name.startswith(prefix) for p in block_files(root))
         source = Source(data)
@@ -343,7 +366,7 @@ def damage(root: Path, kind: str) -> None:
     path = file_of(root, 1)
     raw = bytearray(path.read_bytes())
     if kind == "a data byte flipped":
-        raw[HEADER + 17] ^= 0x40
+        raw[len(raw) - 1000 + 17] ^= 0x40  # the block's bytes end the file
         path.write_bytes(raw)  # in place
     elif kind == "its index changed":
         raw[48] ^= 0x03  # the index field, after magic, CRC, pad and the key's SHA-256
@@ -395,6 +418,34 @@ def test_a_damaged_block_file_is_fetched_again_never_served(tmp_path: Path, kind
     assert run_isolated(check, timeout=60) == 0
 
 
+def test_a_read_checks_the_pages_it_serves(tmp_path: Path) -> None:
+    """A damaged page is never served: a read of other pages of the block is served from
+    the cache, checked; the first read that needs the damaged page fetches the block again."""
+    block = 4 * PAGE_BYTES
+    data = payload(2 * block)
+    with BlockCache(tmp_path, 10**7, block_bytes=block) as c:
+        c.read_ranges("obj", len(data), [(0, len(data))], Source(data).fetch)
+        path = file_of(folder_of(c), 0)
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) - block + 3 * PAGE_BYTES + 5] ^= 0x01  # in the block's last page
+        path.write_bytes(raw)
+        source = Source(data)
+        ranges = [(10, 20), (PAGE_BYTES + 1, 2 * PAGE_BYTES + 9), (block + 7, block + 3000)]
+        assert c.read_ranges("obj", len(data), ranges, source.fetch) == [
+            data[a:b] for a, b in ranges
+        ]
+        assert source.calls == []  # pages 0-2 of block 0 and block 1 are whole
+        ranges = [(3 * PAGE_BYTES, 3 * PAGE_BYTES + 10)]
+        assert c.read_ranges("obj", len(data), ranges, source.fetch) == [
+            data[a:b] for a, b in ranges
+        ]
+        assert source.fetched == [(0, block)] and c.stats()["discarded"] == 1
+        assert c.read_ranges("obj", len(data), ranges, source.fetch) == [
+            data[a:b] for a, b in ranges
+        ]
+        assert len(source.calls) == 1  # published again, whole
+
+
 # -- the budget ----------------------------------------------------------------------------
 
 
@@ -411,7 +462,7 @@ def test_the_least_recently_used_blocks_are_evicted_first(tmp_path: Path) -> Non
     cache, probe = tmp_path / "cache", tmp_path / "probe"
     cache.mkdir()
     data = payload(8 * 100)
-    budget = 4 * (100 + HEADER)
+    budget = 4 * file_bytes(100)
     source = Source(data)
     with BlockCache(cache, budget, block_bytes=100) as c:
         root = folder_of(c)
@@ -446,7 +497,7 @@ def test_processes_sharing_a_tight_budget_stay_within_it(tmp_path: Path) -> None
 
 def tight_reader(cache_dir: str, seed: int) -> None:
     data = payload(30 * 200, seed)
-    budget = 5 * (200 + HEADER)
+    budget = 5 * file_bytes(200)
     rng = random.Random(seed)
     with BlockCache(cache_dir, budget, block_bytes=200) as c:
         for _ in range(40):

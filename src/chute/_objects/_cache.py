@@ -14,11 +14,13 @@ chute did not write, the byte budget with least-recently-used eviction, reservat
 published by rename, dead writers' leftovers reclaimed) is `chute._util.shared_folder`,
 which both use unchanged; its docstring argues the crash safety. What is the cache's own:
 
-- A block file is a 64-byte header (magic, CRC-32C, the key's whole SHA-256, the block's
-  index and length) and the block's bytes; the CRC-32C covers the header after it and the
-  bytes. A file whose header names another block, whose size or CRC does not match, or
-  that is not a regular file inside the folder is damage: it is removed under the block's
-  lock and the block fetched again, never served.
+- A block file is a header (magic, a CRC-32C of the rest of the header, the key's whole
+  SHA-256, the block's index and length, then a CRC-32C of each 64 KiB page of the block)
+  and the block's bytes. A read checks the header and the pages it serves, so a small
+  range costs a page, not the whole block. A file whose header names another block, whose
+  size or a CRC of what is read does not match, or that is not a regular file inside the
+  folder is damage: it is removed under the block's lock and the block fetched again,
+  never served (a damaged page no read touched is caught when one does).
 - Locks are ``flock`` on one of 4096 *stripe* lock files (a block's stripe follows from its
   key and index, so neighbouring blocks of an object fall on different stripes); a bounded
   number of lock files however many blocks pass through. A process never waits while it
@@ -31,8 +33,9 @@ which both use unchanged; its docstring argues the crash safety. What is the cac
   writers) is still served from that copy. A batch whose blocks cannot all be cached at
   once would only thrash, so `check_working_set` refuses it up front.
 
-Reads are O(blocks): a cached block is one ``open`` by name, a read, a CRC and a ``utime``
-(the eviction order); the folder is listed only when a publish finds the budget full.
+Reads are O(blocks): a cached block is one ``open`` by name, a read of its header and of
+the pages wanted, their CRCs and a ``utime`` (the eviction order); the folder is listed
+only when a publish finds the budget full.
 """
 
 from __future__ import annotations
@@ -51,13 +54,15 @@ from chute._util.fs import pread_exact
 from chute._util.shared_folder import SharedFolder
 from chute.errors import CacheTooSmallError, RemoteChangedError, StoreClosedError, UnsafeFileError
 
-__all__ = ["HEADER", "BlockCache"]
+__all__ = ["PAGE_BYTES", "BlockCache", "file_bytes"]
 
-_HEAD = struct.Struct("<8sI4x32sQQ")  # magic, CRC-32C, pad, key SHA-256, index, length
-HEADER = _HEAD.size
-"""Bytes of a block file before the block's bytes (a block file is this plus the block)."""
+# magic, CRC-32C of the header after it, pad, key SHA-256, index, length; then one CRC-32C
+# (u32, little-endian) per page of the block
+_HEAD = struct.Struct("<8sI4x32sQQ")
 _MAGIC = b"CHUTEBK1"
-_CRC_END = 12  # the CRC covers the header from here on, then the data
+_CRC_END = 12  # the header's CRC covers it from here on
+PAGE_BYTES = 64 << 10
+"""The unit of the checksums in a block file: a read checks the pages it serves."""
 _STRIPES = 4096
 _POLL_FIRST, _POLL_MAX = 0.0005, 0.02  # seconds between looks at blocks others fetch
 
@@ -67,6 +72,20 @@ Fetch = Callable[[Sequence[tuple[int, int]]], Sequence[bytes]]
 
 class _Damaged(Exception):
     """A block file that is not what its name promises."""
+
+
+def _header_bytes(length: int) -> int:
+    return _HEAD.size + 4 * -(-length // PAGE_BYTES)
+
+
+def file_bytes(length: int) -> int:
+    """Bytes on disk of the file of a block of ``length`` bytes (its header, then the bytes):
+    what the budget counts.
+
+    >>> file_bytes(4 << 20) - (4 << 20)
+    320
+    """
+    return _header_bytes(length) + length
 
 
 class BlockCache(Closing):
@@ -97,15 +116,16 @@ class BlockCache(Closing):
     ) -> None:
         self.block_bytes = check_int("block_bytes", block_bytes, minimum=1)
         self.cache_bytes = check_int("cache_bytes", cache_bytes)
-        if self.cache_bytes < self.block_bytes + HEADER:
+        if self.cache_bytes < file_bytes(self.block_bytes):
             raise CacheTooSmallError(
                 f"cache_bytes={self.cache_bytes} cannot hold one block of block_bytes="
-                f"{self.block_bytes} (a block file is {self.block_bytes + HEADER} bytes with "
-                "its header); raise cache_bytes or lower block_bytes"
+                f"{self.block_bytes} (a block file is {file_bytes(self.block_bytes)} bytes "
+                "with its header); raise cache_bytes or lower block_bytes"
             )
         folder = os.fspath(cache_dir)
         if not os.path.isdir(folder):
             raise FileNotFoundError(f"cache_dir {folder!r} is not a directory")
+        # a new file format takes a new folder name: a folder of another identity is refused
         identity = f"chute block cache, format 1, blocks of {self.block_bytes} bytes"
         self.root = os.path.join(folder, f"chute-blocks-{self.block_bytes}")
         self._folder = SharedFolder(
@@ -137,13 +157,15 @@ class BlockCache(Closing):
             raise StoreClosedError(f"the block cache at {self.root} is closed")
         size = check_int("size", size)
         step = self.block_bytes
-        wanted: set[int] = set()
+        spans: dict[int, tuple[int, int]] = {}  # block -> the part of it the ranges need
         for start, end in ranges:
             if not 0 <= start <= end <= size:
                 raise ValueError(f"range [{start}, {end}) is not within the {size} bytes of {key}")
-            if start < end:
-                wanted.update(range(start // step, (end - 1) // step + 1))
-        blocks = _Reading(self, key, size, fetch).blocks(sorted(wanted))
+            for i in range(start // step, -(-end // step) if start < end else 0):
+                lo, hi = max(start - i * step, 0), min(end - i * step, step)
+                was = spans.get(i)
+                spans[i] = (lo, hi) if was is None else (min(was[0], lo), max(was[1], hi))
+        blocks = _Reading(self, key, size, fetch).blocks(spans)
         return [self._cut(blocks, start, end) for start, end in ranges]
 
     def check_working_set(self, nbytes: int) -> None:
@@ -152,7 +174,7 @@ class BlockCache(Closing):
         its blocks would evict each other before it is done."""
         nbytes = check_int("nbytes", nbytes)
         blocks = -(-nbytes // self.block_bytes)
-        need = blocks * (self.block_bytes + HEADER)
+        need = blocks * file_bytes(self.block_bytes)
         if need > self.cache_bytes:
             raise CacheTooSmallError(
                 f"a batch needs {nbytes} bytes at once, {blocks} blocks of {self.block_bytes} "
@@ -182,21 +204,31 @@ class BlockCache(Closing):
             for name, n in more.items():
                 self._counts[name] += n
 
-    def _cut(self, blocks: dict[int, memoryview], start: int, end: int) -> bytes:
+    def _cut(self, blocks: dict[int, tuple[int, memoryview]], start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object from the parts of its blocks in memory (each
+        the offset in its block where it starts, and its bytes)."""
         if start == end:
             return b""
         step = self.block_bytes
-        first, last = start // step, (end - 1) // step
-        if first == last:
-            return bytes(blocks[first][start - first * step : end - first * step])
-        return b"".join(
-            blocks[i][max(start - i * step, 0) : end - i * step] for i in range(first, last + 1)
-        )
+        pieces = []
+        for i in range(start // step, (end - 1) // step + 1):
+            offset, view = blocks[i]
+            base = i * step + offset
+            pieces.append(view[max(start - base, 0) : end - base])
+        return pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
 
     def _load(
-        self, name: str, digest: bytes, index: int, length: int, *, held: bool
-    ) -> memoryview | None:
-        """The published block's bytes, checked; ``None`` if absent or damaged. With
+        self,
+        name: str,
+        digest: bytes,
+        index: int,
+        length: int,
+        span: tuple[int, int],
+        *,
+        held: bool,
+    ) -> tuple[int, memoryview] | None:
+        """The part ``span`` of the published block (widened to whole pages), checked, with
+        the offset in the block where it starts; ``None`` if absent or damaged. With
         ``held`` (the caller holds its lock, so nobody publishes it meanwhile) a damaged
         file is removed, to be fetched again."""
         try:
@@ -207,7 +239,7 @@ class BlockCache(Closing):
             self._damaged(name, held)
             return None
         try:
-            raw = _check(fd, digest, index, length)
+            part = _read(fd, digest, index, length, span)
             self._folder.touch(fd)  # most recently used
         except _Damaged:
             self._damaged(name, held)
@@ -215,7 +247,7 @@ class BlockCache(Closing):
         finally:
             os.close(fd)
         self._count(hits=1)
-        return memoryview(raw)[HEADER:]
+        return part
 
     def _damaged(self, name: str, held: bool) -> None:
         if held:
@@ -224,10 +256,12 @@ class BlockCache(Closing):
                 self._discarded += 1
 
     def _publish(self, name: str, digest: bytes, index: int, data: memoryview) -> None:
-        head = bytearray(_HEAD.pack(_MAGIC, 0, digest, index, data.nbytes))
-        crc = crc32c(data, crc32c(memoryview(head)[_CRC_END:]))
-        head[len(_MAGIC) : _CRC_END] = crc.to_bytes(4, "little")
-        if self._folder.publish(name, [bytes(head), data]):
+        n = data.nbytes
+        pages = [crc32c(data[p : p + PAGE_BYTES]) for p in range(0, n, PAGE_BYTES)]
+        rest = _HEAD.pack(_MAGIC, 0, digest, index, n)[_CRC_END:]
+        rest += struct.pack(f"<{len(pages)}I", *pages)
+        head = _MAGIC + crc32c(rest).to_bytes(4, "little") + rest
+        if self._folder.publish(name, [head, data]):
             self._count(published=1)
 
 
@@ -240,9 +274,14 @@ class _Reading:
         self.digest = hashlib.sha256(key.encode()).digest()
         self.prefix = self.digest.hex()[:32]
         self.stripe_base = int.from_bytes(self.digest[:4], "little")
-        self.got: dict[int, memoryview] = {}
+        self.spans: dict[int, tuple[int, int]] = {}
+        self.got: dict[int, tuple[int, memoryview]] = {}
 
-    def blocks(self, wanted: list[int]) -> dict[int, memoryview]:
+    def blocks(self, spans: dict[int, tuple[int, int]]) -> dict[int, tuple[int, memoryview]]:
+        """The parts ``spans`` (block -> ``[lo, hi)`` in it) of the blocks, each as the
+        offset in its block where it starts and its bytes (a fetched block whole)."""
+        self.spans = spans
+        wanted = sorted(spans)
         for i in wanted:  # without locks first: the common case, a block already there
             self._look(i, held=False)
         pending = [i for i in wanted if i not in self.got]
@@ -266,10 +305,12 @@ class _Reading:
 
     def _look(self, i: int, *, held: bool) -> bool:
         start, end = self._range(i)
-        data = self.cache._load(self._name(i), self.digest, i, end - start, held=held)
-        if data is not None:
-            self.got[i] = data
-        return data is not None
+        part = self.cache._load(
+            self._name(i), self.digest, i, end - start, self.spans[i], held=held
+        )
+        if part is not None:
+            self.got[i] = part
+        return part is not None
 
     def _round(self, pending: list[int]) -> list[int]:
         """Lock the blocks nobody else holds, take those published meanwhile, fetch the
@@ -317,22 +358,33 @@ class _Reading:
             views.append(view)
         self.cache._count(misses=len(mine), fetched_bytes=sum(v.nbytes for v in views))
         for i, view in zip(mine, views, strict=True):
-            self.got[i] = view
+            self.got[i] = (0, view)
             self.cache._publish(self._name(i), self.digest, i, view)
 
 
-def _check(fd: int, digest: bytes, index: int, length: int) -> bytes:
-    """The whole block file open at ``fd``, if it is block ``index`` (of ``length`` bytes)
-    of the object whose key hashes to ``digest``, whole; else `_Damaged`."""
-    if os.fstat(fd).st_size != HEADER + length:
+def _read(
+    fd: int, digest: bytes, index: int, length: int, span: tuple[int, int]
+) -> tuple[int, memoryview]:
+    """From the block file open at ``fd``, if it is block ``index`` (of ``length`` bytes) of
+    the object whose key hashes to ``digest``: the pages covering ``span``, checked, and the
+    offset in the block where they start; else `_Damaged`."""
+    head_bytes = _header_bytes(length)
+    if os.fstat(fd).st_size != head_bytes + length:
         raise _Damaged("size")
     try:
-        raw = pread_exact(fd, HEADER + length, 0)
+        head = pread_exact(fd, head_bytes, 0)
+        magic, crc, held_digest, held_index, held_length = _HEAD.unpack_from(head)
+        if (magic, held_digest, held_index, held_length) != (_MAGIC, digest, index, length):
+            raise _Damaged("another block's file")
+        if crc32c(memoryview(head)[_CRC_END:]) != crc:
+            raise _Damaged("header checksum")
+        first, last = span[0] // PAGE_BYTES, (span[1] - 1) // PAGE_BYTES
+        start, end = first * PAGE_BYTES, min((last + 1) * PAGE_BYTES, length)
+        view = memoryview(pread_exact(fd, end - start, head_bytes + start))
     except EOFError:
         raise _Damaged("cut short") from None
-    magic, crc, held_digest, held_index, held_length = _HEAD.unpack_from(raw)
-    if (magic, held_digest, held_index, held_length) != (_MAGIC, digest, index, length):
-        raise _Damaged("another block's file")
-    if crc32c(memoryview(raw)[_CRC_END:]) != crc:
-        raise _Damaged("checksum")
-    return raw
+    pages = struct.unpack_from(f"<{last - first + 1}I", head, _HEAD.size + 4 * first)
+    for k, want in enumerate(pages):
+        if crc32c(view[k * PAGE_BYTES : (k + 1) * PAGE_BYTES]) != want:
+            raise _Damaged("page checksum")
+    return start, view
