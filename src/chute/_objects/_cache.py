@@ -136,8 +136,8 @@ class BlockCache(Closing):
             holds="something other than chute's blocks of this size",
         )
         self._closed = False
-        self._counts = dict.fromkeys(("hits", "misses", "fetched_bytes", "published"), 0)
-        self._discarded = 0
+        names = ("hits", "misses", "fetched_bytes", "published", "discarded")
+        self._counts = dict.fromkeys(names, 0)
         self._count_lock = threading.Lock()
 
     # -- the interface -----------------------------------------------------------------
@@ -151,7 +151,9 @@ class BlockCache(Closing):
         last block cut at ``size``); blocks another process is fetching are waited for, and
         fetched in one more call only if that process gives up on them (it died, or could
         not publish them within the budget). A fetch that returns other lengths than asked
-        is a `RemoteChangedError` naming ``key``; nothing of it is cached.
+        is a `RemoteChangedError` naming ``key``; nothing of it is cached. The blocks the
+        ranges touch are held in memory until the call returns (the pages wanted of a
+        cached block, the whole of a fetched one), so ask for what one batch needs.
         """
         if self._closed:
             raise StoreClosedError(f"the block cache at {self.root} is closed")
@@ -188,7 +190,6 @@ class BlockCache(Closing):
         block files discarded."""
         with self._count_lock:
             out = dict(self._counts)
-            out["discarded"] = self._discarded
         out["evictions"] = self._folder.evicted
         return out
 
@@ -252,8 +253,7 @@ class BlockCache(Closing):
     def _damaged(self, name: str, held: bool) -> None:
         if held:
             self._folder.discard(name)
-            with self._count_lock:
-                self._discarded += 1
+            self._count(discarded=1)
 
     def _publish(self, name: str, digest: bytes, index: int, data: memoryview) -> None:
         n = data.nbytes
