@@ -9,6 +9,7 @@ numpy), so any layer can import it without a cycle.
 - `progress`: the MiB progress bar of long writes.
 - `buffers`: batch output arrays reused once nothing outside the ring holds them.
 - `safe_open`: a file chute was pointed at is a regular file inside its folder, read with a bound.
+- `shared_folder`: files the processes of a host publish for each other, within a byte budget.
 - `process_slice`: which slice of each global batch (or which chunks) this process reads.
 - `tree`: walking a batch (dicts, tuples, lists of arrays), each array leaf mapped.
 - `fs`: atomic replacement of small files, fsync of folders, advisory locks.
