@@ -1,10 +1,13 @@
 """Object storage, for the parts of chute that read or write datasets by URL (an internal room).
 
 `_url` turns a URL and its options into an obstore store (one resolver, shared by the
-record layer's remote datasets and by `chute.insitu`). It sits above `_util` and below
-`store`, and it is the only room besides `insitu` that imports obstore.
+record layer's remote datasets and by `chute.insitu`). `_writes` lists, uploads, puts
+conditionally and deletes, for the writers of datasets by URL; `_lock` is their one-writer
+lock object. It sits above `_util` and below `store`, and it is the only room besides
+`insitu` that imports obstore.
 """
 
+from chute._objects._lock import LEASE_S, RemoteLock
 from chute._objects._url import (
     SCHEMES,
     Location,
@@ -15,14 +18,44 @@ from chute._objects._url import (
     options_for,
     scheme_of,
 )
+from chute._objects._writes import (
+    ConditionalWritesUnsupported,
+    Stored,
+    Uploads,
+    Version,
+    delete_keys,
+    list_dir,
+    list_keys,
+    put_always,
+    put_object,
+    read_object,
+    remote_error,
+    upload_folder,
+    url_of,
+)
 
 __all__ = [
+    "LEASE_S",
     "SCHEMES",
+    "ConditionalWritesUnsupported",
     "Location",
+    "RemoteLock",
+    "Stored",
+    "Uploads",
+    "Version",
     "check_options",
+    "delete_keys",
     "is_option",
     "is_remote_url",
+    "list_dir",
+    "list_keys",
     "open_location",
     "options_for",
+    "put_always",
+    "put_object",
+    "read_object",
+    "remote_error",
     "scheme_of",
+    "upload_folder",
+    "url_of",
 ]
