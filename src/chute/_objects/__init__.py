@@ -30,6 +30,7 @@ from chute._objects._writes import (
     put_object,
     read_object,
     remote_error,
+    sub_location,
     upload_folder,
     url_of,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "read_object",
     "remote_error",
     "scheme_of",
+    "sub_location",
     "upload_folder",
     "url_of",
 ]

@@ -78,6 +78,27 @@ def url_of(location: Location, key: str) -> str:
     return f"{location.url.rstrip('/')}/{key}"
 
 
+def sub_location(location: Location, folder: str) -> Location:
+    """The `Location` of ``folder`` under ``location`` (a column of a Ray conversion): the
+    same kind of store, with the same options, rooted one folder deeper. A store without a
+    prefix (a ``MemoryStore``) has no folder of its own: a ``TypeError``.
+
+    >>> from chute._objects import open_location
+    >>> sub = sub_location(open_location("s3://bucket/conv", skip_signature=True), "image")
+    >>> sub.url, sub.store.prefix
+    ('s3://bucket/conv/image', 'conv/image')
+    """
+    store = location.store
+    if not hasattr(store, "config"):
+        raise TypeError(f"{type(store).__name__} has no folders: write to s3://, gs:// or az://")
+    prefix = "/".join(p for p in (store.prefix, folder.strip("/")) if p)
+    deeper = type(store)(
+        prefix=prefix, config=store.config, client_options=store.client_options,
+        retry_config=store.retry_config, credential_provider=store.credential_provider,
+    )  # fmt: skip
+    return Location(url_of(location, folder), location.scheme, deeper, None, location.writable)
+
+
 def remote_error(location: Location, key: str, error: BaseException) -> ChuteError:
     """The chute error for an obstore failure on ``key``: `RemoteNotFoundError` for a missing
     object, `RemoteChangedError` for a failed condition, `ConditionalWritesUnsupported`,

@@ -224,23 +224,43 @@ def _upload_shards(
 def _commit(
     location: Location, lock: RemoteLock, found: Found, manifest: Manifest, *, replaced: bool
 ) -> None:
-    """Put ``manifest`` if the one there is still the one ``found`` read, then delete every
-    shard folder it does not name (and, where ``replaced``, a single store's files)."""
+    """`commit_manifest`, then delete every shard folder ``found`` listed that ``manifest``
+    does not name (and, where ``replaced``, a single store's files at the top)."""
+    commit_manifest(location, lock, found.version, manifest)
+    files = [f for f in found.files if replaced and is_store_file(f)]
+    remove_unnamed(location, lock, manifest, found.folders, files)
+
+
+def commit_manifest(
+    location: Location, lock: RemoteLock, over: Version | None, manifest: Manifest
+) -> None:
+    """Put ``manifest`` as ``dataset.json`` if the one there is still ``over`` (``None``:
+    if there is none): the commit point of a write."""
     lock.check()
     data = manifest.to_bytes()
     if not lock.conditional:
         put_always(location, MANIFEST_FILE, data)
-    else:
-        try:
-            put_object(location, MANIFEST_FILE, data, over=found.version)
-        except RemoteChangedError:
-            raise RemoteChangedError(
-                f"{url_of(location, MANIFEST_FILE)} changed since this write began (another "
-                "writer committed): this write's shards are left unnamed, for the next writer "
-                "to remove"
-            ) from None
+        return
+    try:
+        put_object(location, MANIFEST_FILE, data, over=over)
+    except RemoteChangedError:
+        raise RemoteChangedError(
+            f"{url_of(location, MANIFEST_FILE)} changed since this write began (another "
+            "writer committed): this write's shards are left unnamed, for the next writer "
+            "to remove"
+        ) from None
+
+
+def remove_unnamed(
+    location: Location,
+    lock: RemoteLock,
+    manifest: Manifest,
+    folders: Iterable[str],
+    files: Iterable[str] = (),
+) -> None:
+    """After a commit: delete the shard ``folders`` that ``manifest`` does not name (an old
+    dataset's, a dead writer's), and ``files``, while the lock is still this writer's."""
     named = {name for name, _ in manifest.shards}
-    gone = [f for f in found.folders if is_shard_name(f) and f not in named]
-    files = [f for f in found.files if replaced and is_store_file(f)]
+    gone = [f for f in folders if is_shard_name(f) and f not in named]
     lock.check()
     delete_keys(location, [*(k for f in gone for k in list_keys(location, f)), *files])
