@@ -301,3 +301,18 @@ def test_append_to_a_prefix_without_a_dataset_is_refused(url: str, s3_server: st
         chute.write_dataset(url, ROWS, mode="a", **opts)
     chute.write_dataset(url, ROWS, overwrite=True, **opts)  # replaces what was left there
     assert folders(url, s3_server) == {"dataset.json", "part-00001.zr"}
+
+
+def test_a_damaged_manifest_is_reported_to_an_append_and_replaced_by_an_overwrite(
+    tmp_path: Path,
+) -> None:
+    store = MemoryStore()
+    chute.write_dataset(store, ROWS, shard_records=20)
+    obstore.put(store, "dataset.json", b'{"format": "chute-sharded", "version": 1}')
+    with pytest.raises(chute.CorruptStoreError, match=r"dataset\.json"):
+        chute.append_dataset(store, ROWS)
+    with pytest.raises(FileExistsError):
+        chute.write_dataset(store, NEW_ROWS)
+    chute.write_dataset(store, NEW_ROWS, overwrite=True)
+    assert folders(store) == {"dataset.json", "part-00002.zr"}
+    assert np.array_equal(chute.Dataset(_local(store, tmp_path))[:], NEW_ROWS)

@@ -152,6 +152,8 @@ def test_a_second_conversion_is_refused_and_a_memory_store_cannot_take_one(
     with pytest.raises(chute.StoreLockedError, match=r"columns\.lock is held .*driver:7"):
         chute.ray.write_dataset(url, _source(), **opts)
     assert keys(url, s3_server) == ["columns.lock"]  # no task ran
+    with pytest.raises(chute.ChuteError, match="read-only"):
+        chute.ray.write_dataset("https://example.org/conv", _source())
     with pytest.raises(TypeError, match="MemoryStore lives in one process"):
         chute.ray.write_dataset(MemoryStore(), _source())
     with pytest.raises(TypeError, match="'shard_record'; did you mean 'shard_records'"):

@@ -59,6 +59,7 @@ from chute.datasets._sharded_manifest import (
 )
 from chute.datasets._sharded_write import Options, iter_shards, shard_options
 from chute.errors import (
+    CorruptStoreError,
     RemoteChangedError,
     RemoteError,
     RemoteNotFoundError,
@@ -84,12 +85,18 @@ class Found:
         return bool(self.folders) or any(name != LOCK_FILE for name in self.files)
 
 
-def survey(location: Location) -> Found:
-    """Read the manifest under ``location`` (checked, with its version) and list the prefix."""
+def survey(location: Location, *, replacing: bool = False) -> Found:
+    """Read the manifest under ``location`` (checked, with its version) and list the prefix.
+    A damaged manifest is a `CorruptStoreError`, unless the caller is ``replacing`` it (then
+    it is no manifest, but its version still guards the commit)."""
     stored = read_object(location, MANIFEST_FILE, MAX_MANIFEST_BYTES)
     manifest = None
     if stored is not None:
-        manifest = parse_manifest(stored.data, url_of(location, MANIFEST_FILE))
+        try:
+            manifest = parse_manifest(stored.data, url_of(location, MANIFEST_FILE))
+        except CorruptStoreError:
+            if not replacing:
+                raise
     folders, files = list_dir(location)
     return Found(manifest, stored.version if stored else None, folders, files)
 
@@ -135,9 +142,9 @@ def write_url(
     The caller has sent ``mode="a"`` over an existing manifest to `append_url`."""
     check_write_mode(mode, overwrite)
     check_writable(location)
-    _refuse_occupied(location, survey(location), mode, overwrite)  # before a lock is put there
+    _refuse_occupied(location, survey(location, replacing=True), mode, overwrite)  # before a lock
     with RemoteLock(location, LOCK_FILE, break_lock=break_lock) as lock:
-        found = survey(location)
+        found = survey(location, replacing=True)
         if mode == "a" and found.manifest is not None:
             raise RemoteChangedError(
                 f"{location.url}: another writer created a dataset there meanwhile; append again"
@@ -205,7 +212,7 @@ def _upload_shards(
     shards: list[tuple[str, int]] = []
     schema: RecordSchema | None = None
     with tempfile.TemporaryDirectory(prefix="chute-upload-") as staging:
-        uploads = Uploads(location, lock.check)
+        uploads = Uploads(location, lock.check, ahead=max(2, workers or 1))
         try:
             for name, n in iter_shards(Path(staging), kind, payloads, first, options, workers):
                 if schema is None:

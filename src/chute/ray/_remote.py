@@ -72,7 +72,10 @@ def convert_to_url(
     _refuse_occupied(location, overwrite)  # before a lock is put in a folder not ours
     with RemoteLock(location, LOCK_FILE, break_lock=break_lock) as lock:
         _refuse_occupied(location, overwrite)
-        old = {name: survey(sub_location(location, name)) for name in list_dir(location)[0]}
+        old = {
+            name: survey(sub_location(location, name), replacing=True)
+            for name in list_dir(location)[0]
+        }
         base = next_shard_number(f for found in old.values() for f in found.folders)
         base = -(-base // TASK_SHARDS) * TASK_SHARDS  # a whole block of numbers per task
         remote = Remote(location, base)

@@ -17,6 +17,7 @@ commits, as `chute.ray._remote` describes.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import uuid
@@ -104,11 +105,11 @@ class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
     def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any]:
         """One write task: its blocks, cut into shards of ``rows_per_shard`` rows."""
         index = int(ctx.task_idx)
-        with tempfile.TemporaryDirectory(prefix="chute-ray-") as local:
+        with contextlib.ExitStack() as stack:
             if self.remote is None:
                 staging = self.path / STAGING / f"{index:08d}-{uuid.uuid4().hex}"
-            else:  # each shard goes up as soon as it is written
-                staging = Path(local)
+            else:  # a local folder: each shard goes up as soon as it is written
+                staging = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="chute-")))
             task = _TaskWriter(self, staging, index)
             for block in blocks:
                 task.add(BlockAccessor.for_block(block).to_batch_format("numpy"))
