@@ -139,16 +139,20 @@ def list_dir(location: Location, prefix: str = "") -> tuple[list[str], list[str]
     return folders, [o["path"][cut:] for o in found["objects"]]
 
 
-def list_keys(location: Location, prefix: str) -> list[str]:
-    """Every object key under the folder ``prefix`` (keys relative to the location)."""
+def keys_in(location: Location, folders: Iterable[str]) -> list[str]:
+    """Every object key in the top-level ``folders`` (keys relative to the location): one
+    listing of the prefix (paged by the store), not one request per folder."""
     import obstore
 
-    where = prefix.strip("/")
+    wanted = set(folders)
+    if not wanted:
+        return []
 
     def collect() -> list[str]:
-        return [meta["path"] for batch in obstore.list(location.store, where) for meta in batch]
+        found = (meta["path"] for batch in obstore.list(location.store) for meta in batch)
+        return [key for key in found if key.split("/", 1)[0] in wanted]
 
-    return _call(location, where, collect)
+    return _call(location, "", collect)
 
 
 def read_object(location: Location, key: str, limit: int) -> Stored | None:
@@ -276,6 +280,4 @@ class Uploads:
         first_failure(future.result for future in self.pending)
         self.pending = []
         self.pool.shutdown()
-        delete_keys(
-            self.location, (k for key in self.started for k in list_keys(self.location, key))
-        )
+        delete_keys(self.location, keys_in(self.location, self.started))

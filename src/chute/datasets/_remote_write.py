@@ -39,8 +39,8 @@ from chute._objects import (
     Uploads,
     Version,
     delete_keys,
+    keys_in,
     list_dir,
-    list_keys,
     put_always,
     put_object,
     read_object,
@@ -270,4 +270,4 @@ def remove_unnamed(
     named = {name for name, _ in manifest.shards}
     gone = [f for f in folders if is_shard_name(f) and f not in named]
     lock.check()
-    delete_keys(location, [*(k for f in gone for k in list_keys(location, f)), *files])
+    delete_keys(location, [*keys_in(location, gone), *files])

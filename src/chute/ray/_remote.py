@@ -30,8 +30,8 @@ from chute._objects import (
     Location,
     RemoteLock,
     delete_keys,
+    keys_in,
     list_dir,
-    list_keys,
     put_always,
     put_object,
     sub_location,
@@ -124,7 +124,7 @@ def _commit(
         remove_unnamed(folder, lock, manifest, list_dir(folder)[0])
     gone = [name for name, found in old.items() if name not in manifests and _is_column(found)]
     lock.check()
-    delete_keys(location, [key for name in gone for key in list_keys(location, name)])
+    delete_keys(location, keys_in(location, gone))
 
 
 def _is_column(found: Found) -> bool:
@@ -138,4 +138,4 @@ def _remove_from(location: Location, base: int) -> None:
     for name in list_dir(location)[0]:
         folder = sub_location(location, name)
         ours = [f for f in list_dir(folder)[0] if next_shard_number([f]) > base]  # >= base
-        delete_keys(folder, [key for f in ours for key in list_keys(folder, f)])
+        delete_keys(folder, keys_in(folder, ours))
