@@ -154,6 +154,8 @@ def test_overwrite_replaces_the_dataset_and_removes_old_shards(
 def test_http_is_read_only_and_options_are_checked_before_any_request() -> None:
     with pytest.raises(RemoteError, match="read-only"):
         chute.write_dataset("https://example.org/data", ROWS)
+    with pytest.raises(RemoteError, match="read-only"):  # refused before a request, too
+        chute.write_dataset("http://127.0.0.1:9/data", ROWS, mode="a")
     nowhere = {**options("http://127.0.0.1:9"), "regoin": "eu-west-1"}
     with pytest.raises(TypeError, match="'regoin'; did you mean 'region'"):
         chute.write_dataset("s3://bucket/x", ROWS, **nowhere)

@@ -35,7 +35,7 @@ from chute.datasets._one_store import (
     write_rows,
 )
 from chute.datasets._ragged import RaggedDataset
-from chute.datasets._remote_write import append_url, survey, write_url
+from chute.datasets._remote_write import append_url, check_writable, survey, write_url
 from chute.datasets._schema import RecordSchema, check_plain_dtype
 from chute.datasets._sharded_manifest import Manifest, is_sharded, read_manifest
 from chute.datasets._sharded_write import (
@@ -469,7 +469,9 @@ def _target(
             if "://" in os.fspath(path):  # file:///...
                 return Path(str(open_location(path).local))
             return Path(path)
-    return open_location(path, **store_options)
+    location = open_location(path, **store_options)
+    check_writable(location)  # before any request
+    return location
 
 
 View = TypeVar("View", Dataset, RaggedDataset)
