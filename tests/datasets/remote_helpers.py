@@ -10,7 +10,6 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -142,14 +141,6 @@ class Gate:
         self.drop()
         self.server.shutdown()
         self.server.server_close()
-
-
-def gate_for(upstream: str) -> Iterator[Gate]:
-    gate = Gate(upstream)
-    try:
-        yield gate
-    finally:
-        gate.close()
 
 
 def child_env() -> dict[str, str]:
