@@ -2,12 +2,15 @@
 
 `_url` turns a URL and its options into an obstore store (one resolver, shared by the
 record layer's remote datasets and by `chute.insitu`); `_cache` keeps fetched byte ranges in
-a bounded local disk cache of blocks shared by the processes of a host (`BlockCache`). The
-room sits above `_util` and `_native` (the CRC-32C of cached blocks) and below `store`, and
-it is the only room besides `insitu` that imports obstore.
+a bounded local disk cache of blocks shared by the processes of a host (`BlockCache`);
+`_writes` lists, uploads, puts conditionally and deletes, for the writers of datasets by URL;
+`_lock` is their one-writer lock object. The room sits above `_util` and `_native` (the
+CRC-32C of cached blocks) and below `store`, and it is the only room besides `insitu` that
+imports obstore.
 """
 
 from chute._objects._cache import BlockCache
+from chute._objects._lock import LEASE_S, RemoteLock
 from chute._objects._url import (
     SCHEMES,
     Location,
@@ -18,15 +21,47 @@ from chute._objects._url import (
     options_for,
     scheme_of,
 )
+from chute._objects._writes import (
+    ConditionalWritesUnsupported,
+    Stored,
+    Uploads,
+    Version,
+    delete_keys,
+    keys_in,
+    list_dir,
+    put_always,
+    put_object,
+    read_object,
+    remote_error,
+    sub_location,
+    upload_folder,
+    url_of,
+)
 
 __all__ = [
+    "LEASE_S",
     "SCHEMES",
     "BlockCache",
+    "ConditionalWritesUnsupported",
     "Location",
+    "RemoteLock",
+    "Stored",
+    "Uploads",
+    "Version",
     "check_options",
+    "delete_keys",
     "is_option",
     "is_remote_url",
+    "keys_in",
+    "list_dir",
     "open_location",
     "options_for",
+    "put_always",
+    "put_object",
+    "read_object",
+    "remote_error",
     "scheme_of",
+    "sub_location",
+    "upload_folder",
+    "url_of",
 ]

@@ -11,7 +11,8 @@ one reader and writer of schema.json).
 
 Inside, the modules import downwards only: ``_schema`` (schema.json) and ``_source`` (the
 record-source protocol); ``_one_store`` (writing one store); ``_sharded_manifest``,
-``_sharded_store``, ``_sharded_write``; ``_view`` (what both dataset kinds share);
+``_sharded_store``, ``_sharded_write``; ``_remote_write`` (a sharded dataset written to
+object storage); ``_view`` (what both dataset kinds share);
 ``_fixed`` and ``_ragged`` (the two views); ``_writers`` (the public writers) on top.
 
 >>> import tempfile, numpy as np

@@ -7,23 +7,45 @@ published in one place, so the modules behind it can change without reaching thr
 * `Manifest`, `write_manifest`, `shard_name`, `checksum_of`: a sharded dataset's manifest.
 * `writer_lock`, `clear`: the one-writer lock of a dataset folder, and clearing one under it.
 * `check_sharding`: the ``shard_records`` / ``workers`` arguments checked.
+* `survey`, `Found`, `check_writable`, `commit_manifest`, `remove_unnamed`,
+  `next_shard_number`: writing a sharded dataset to object storage, step by step (for a
+  writer, as a Ray conversion, whose shards are uploaded by others).
 """
 
+from chute.datasets._remote_write import (
+    Found,
+    check_writable,
+    commit_manifest,
+    remove_unnamed,
+    survey,
+)
 from chute.datasets._schema import RecordSchema
-from chute.datasets._sharded_manifest import Manifest, checksum_of, shard_name, write_manifest
+from chute.datasets._sharded_manifest import (
+    Manifest,
+    checksum_of,
+    next_shard_number,
+    shard_name,
+    write_manifest,
+)
 from chute.datasets._sharded_store import open_source
 from chute.datasets._sharded_write import check_sharding, clear, writer_lock
 from chute.datasets._source import RecordSource
 
 __all__ = [
+    "Found",
     "Manifest",
     "RecordSchema",
     "RecordSource",
     "check_sharding",
+    "check_writable",
     "checksum_of",
     "clear",
+    "commit_manifest",
+    "next_shard_number",
     "open_source",
+    "remove_unnamed",
     "shard_name",
+    "survey",
     "write_manifest",
     "writer_lock",
 ]

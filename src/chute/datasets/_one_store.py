@@ -48,7 +48,7 @@ def occupied_error(path: Path) -> FileExistsError:
     )
 
 
-def check_kept_codec(path: Path, stored: str, codec: str | None) -> Codec:
+def check_kept_codec(path: Path | str, stored: str, codec: str | None) -> Codec:
     """The codec an append to a dataset written with ``stored`` uses: its own (``codec``,
     where given, must name it)."""
     if codec is not None and codec_name(parse_codec(codec)) != stored:

@@ -32,6 +32,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -61,6 +62,22 @@ _SHARD_NAME = re.compile(r"part-\d{5,}\.zr")
 
 def shard_name(i: int) -> str:
     return f"part-{i:05d}.zr"
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether ``name`` is a shard's (``part-NNNNN.zr``, five digits or more)."""
+    return _SHARD_NAME.fullmatch(name) is not None
+
+
+def next_shard_number(names: Iterable[str]) -> int:
+    """The first shard number above every shard name in ``names`` (0 for none): new shards
+    named from it collide with no shard there, named by a manifest or left by a writer.
+
+    >>> next_shard_number(["part-00000.zr", "part-00007.zr", "dataset.json"])
+    8
+    """
+    numbers = [int(n[5:-3]) for n in names if is_shard_name(n)]
+    return max(numbers) + 1 if numbers else 0
 
 
 def shard_dirs(path: Path) -> list[Path]:
@@ -155,27 +172,17 @@ def write_manifest(path: Path, manifest: Manifest) -> None:
     write_file_atomic(path / MANIFEST_FILE, manifest.to_bytes(), durable=True)
 
 
-def read_manifest(path: str | os.PathLike[str]) -> Manifest:
-    """Load and check dataset.json; a missing one beside shards is an unfinished write.
+def parse_manifest(raw: bytes, file: str) -> Manifest:
+    """A manifest's bytes checked and parsed (``file`` names it in errors): JSON of the
+    format and version, its checksum, its fields, shard names and counts.
 
     >>> import tempfile, numpy as np, chute
     >>> path = tempfile.mkdtemp() + "/many"
-    >>> chute.write_dataset(path, np.zeros((10, 3), np.float32), shard_records=5).close()
-    >>> m = read_manifest(path)
-    >>> [name for name, _ in m.shards], m.schema.dtype, m.schema.item_shape
-    (['part-00000.zr', 'part-00001.zr'], dtype('float32'), (3,))
+    >>> chute.write_dataset(path, np.arange(5), shard_records=4).close()
+    >>> raw = open(path + "/dataset.json", "rb").read()
+    >>> parse_manifest(raw, "dataset.json").shards
+    (('part-00000.zr', 4), ('part-00001.zr', 1))
     """
-    path = Path(path)
-    file = path / MANIFEST_FILE
-    try:
-        raw = read_regular(file, path, MAX_MANIFEST_BYTES)
-    except FileNotFoundError:
-        if shard_dirs(path):
-            raise IncompleteDatasetError(
-                f"{path} holds shards but no {MANIFEST_FILE}: its write did not finish "
-                "(write it again with overwrite=True)"
-            ) from None
-        raise StoreNotFoundError(f"no sharded dataset at {path}: no {MANIFEST_FILE}") from None
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
@@ -207,6 +214,32 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
         raise CorruptStoreError(
             f"{file} says {total} records but its shards add up to {manifest.records}"
         )
+    return manifest
+
+
+def read_manifest(path: str | os.PathLike[str]) -> Manifest:
+    """Load and check dataset.json; a missing one beside shards is an unfinished write.
+
+    >>> import tempfile, numpy as np, chute
+    >>> path = tempfile.mkdtemp() + "/many"
+    >>> chute.write_dataset(path, np.zeros((10, 3), np.float32), shard_records=5).close()
+    >>> m = read_manifest(path)
+    >>> [name for name, _ in m.shards], m.schema.dtype, m.schema.item_shape
+    (['part-00000.zr', 'part-00001.zr'], dtype('float32'), (3,))
+    """
+    path = Path(path)
+    file = path / MANIFEST_FILE
+    try:
+        raw = read_regular(file, path, MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        if shard_dirs(path):
+            raise IncompleteDatasetError(
+                f"{path} holds shards but no {MANIFEST_FILE}: its write did not finish "
+                "(write it again with overwrite=True)"
+            ) from None
+        raise StoreNotFoundError(f"no sharded dataset at {path}: no {MANIFEST_FILE}") from None
+    manifest = parse_manifest(raw, str(file))
+    names = [name for name, _ in manifest.shards]
     linked = [name for name in names if (path / name).is_symlink()]
     if linked:
         raise UnsafeFileError(

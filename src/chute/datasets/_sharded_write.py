@@ -37,6 +37,7 @@ from chute.datasets._sharded_manifest import (
     MANIFEST_FILE,
     Manifest,
     is_sharded,
+    next_shard_number,
     read_manifest,
     remove_shard,
     shard_dirs,
@@ -161,23 +162,22 @@ def _write_shard(kind: str, part: Path, payload: Any, options: Options) -> int:
     return n
 
 
-def _run_shards(
+def iter_shards(
     path: Path,
     kind: str,
     payloads: Iterable[Any],
     first: int,
     options: Options,
     workers: int | None,
-) -> list[tuple[str, int]]:
-    """Write ``payloads`` as shards ``first, first + 1 ...``, at most ``workers`` at once
-    (a process pool) with a bounded number of payloads in flight; in shard order."""
+) -> Iterator[tuple[str, int]]:
+    """Write ``payloads`` as shards ``first, first + 1 ...`` under ``path``, at most
+    ``workers`` at once (a process pool) with a bounded number of payloads in flight; yields
+    each shard's name and record count in shard order, as soon as it is written."""
     names = (shard_name(i) for i in range(first, first + (1 << 40)))
     if workers is None or workers == 1:
-        return [
-            (name, _write_shard(kind, path / name, payload, options))
-            for name, payload in zip(names, payloads, strict=False)
-        ]
-    done: list[tuple[str, int]] = []
+        for name, payload in zip(names, payloads, strict=False):
+            yield name, _write_shard(kind, path / name, payload, options)
+        return
     pending: deque[tuple[str, Future[int]]] = deque()
     # fork where there is one: no `if __name__ == "__main__"` guard needed in the caller's
     # script, and the compiled core's thread pool rebuilds itself in a forked child
@@ -188,10 +188,11 @@ def _run_shards(
         for name, payload in zip(names, payloads, strict=False):
             if len(pending) >= 2 * workers:
                 head, future = pending.popleft()
-                done.append((head, future.result()))
+                yield head, future.result()
             pending.append((name, pool.submit(_write_shard, kind, path / name, payload, options)))
-        done += [(name, future.result()) for name, future in pending]
-    return done
+        while pending:
+            head, future = pending.popleft()
+            yield head, future.result()
 
 
 def write_shards(
@@ -209,7 +210,7 @@ def write_shards(
     caller holds the writer lock and has cleared the folder."""
     it = iter(payloads)
     head = next(it, empty)
-    shards = tuple(_run_shards(path, kind, chain([head], it), 0, options, workers))
+    shards = tuple(iter_shards(path, kind, chain([head], it), 0, options, workers))
     schema = RecordSchema.read(path / shards[0][0])
     write_manifest(path, Manifest(schema=schema, shard_records=shard_records, shards=shards))
 
@@ -319,7 +320,7 @@ def append_shards(
     with writer_lock(path):
         manifest = read_manifest(path)
         recover(path, manifest)
-        options = _shard_options(manifest.schema)
+        options = shard_options(manifest.schema)
         kept, added = manifest.shards, 0
         if kept:  # a manifest of no shards (written by hand) has no last shard to fill
             last, have = kept[-1]
@@ -327,11 +328,12 @@ def append_shards(
                 added = fill(store, manifest.shard_records - have)
                 store.sync()
             kept = (*kept[:-1], (last, have + added))
-        new = _run_shards(path, kind, rest(added), len(manifest.shards), options, workers)
+        first = next_shard_number(name for name, _ in kept)  # names need not run from 0
+        new = tuple(iter_shards(path, kind, rest(added), first, options, workers))
         write_manifest(path, replace(manifest, shards=(*kept, *new)))
 
 
-def _shard_options(schema: RecordSchema) -> Options:
+def shard_options(schema: RecordSchema) -> Options:
     options: Options = {"codec": schema.codec}
     if schema.ragged:
         options["dtype"] = schema.dtype

@@ -6,15 +6,17 @@ dataset). They check their arguments, pick the path (`write_sharded` or one stor
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, islice
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
 
+from chute._objects import Location, check_options, is_remote_url, open_location
 from chute._util.progress import Progress
 from chute._util.renamed import legacy_arguments
 from chute.datasets._fixed import Dataset
@@ -33,8 +35,9 @@ from chute.datasets._one_store import (
     write_rows,
 )
 from chute.datasets._ragged import RaggedDataset
-from chute.datasets._schema import check_plain_dtype
-from chute.datasets._sharded_manifest import is_sharded, read_manifest
+from chute.datasets._remote_write import append_url, check_writable, survey, write_url
+from chute.datasets._schema import RecordSchema, check_plain_dtype
+from chute.datasets._sharded_manifest import Manifest, is_sharded, read_manifest
 from chute.datasets._sharded_write import (
     Rows,
     append_shards,
@@ -50,7 +53,7 @@ from chute.datasets._sharded_write import (
 )
 from chute.errors import StoreError
 from chute.store import Codec, RecordStore
-from chute.store._internal import parse_codec
+from chute.store._internal import MAX_RECORDS, parse_codec
 
 __all__ = ["append_dataset", "append_ragged", "write_dataset", "write_ragged"]
 
@@ -76,6 +79,8 @@ def write_dataset(
     progress: bool | None = None,
     shard_records: int | None = None,
     workers: int | None = None,
+    break_lock: bool = False,
+    **store_options: Any,
 ) -> RaggedDataset: ...
 @overload
 def write_dataset(
@@ -91,6 +96,8 @@ def write_dataset(
     progress: bool | None = None,
     shard_records: int | None = None,
     workers: int | None = None,
+    break_lock: bool = False,
+    **store_options: Any,
 ) -> Dataset: ...
 @legacy_arguments(positional=("codec", "chunk_bytes", "dict_size"))
 def write_dataset(
@@ -106,6 +113,8 @@ def write_dataset(
     progress: bool | None = None,
     shard_records: int | None = None,
     workers: int | None = None,
+    break_lock: bool = False,
+    **store_options: Any,
 ) -> Dataset | RaggedDataset:
     r"""Write ``array`` as one record per slice along axis 0 and return it opened.
 
@@ -124,6 +133,15 @@ def write_dataset(
     ``shard_records=N`` writes a sharded dataset (stores of N records each and a manifest,
     see `chute.datasets`), ``workers`` shards at a time in a process pool; ``mode="a"``
     on a sharded dataset appends to it (`chute.append_dataset`).
+
+    ``path`` may be a URL, ``s3://bucket/prefix``, ``gs://``, ``az://`` (or an obstore
+    store): the dataset is written there in the sharded layout (``shard_records`` records
+    per shard, by default up to 2**24 in one), staged locally a few shards at a time and
+    uploaded, the manifest last (see docs/scale.md). ``store_options`` (``region=``,
+    ``endpoint=``, credentials ...) go to the store, as `chute.Dataset` takes them; a
+    misspelt one is a ``TypeError`` naming the nearest. One writer at a time: a second is
+    refused (`StoreLockedError`) where the store has conditional writes; ``break_lock=True``
+    takes over the lock of a writer you know is dead. A write to a URL returns ``None``.
 
     A list or tuple of ``bytes`` (``bytearray``, ``memoryview``) is stored byte for byte as
     variable-length records (`write_ragged` of ``uint8`` records): the call returns a
@@ -146,13 +164,21 @@ def write_dataset(
             path, array, dtype=np.uint8, item_shape=(), codec=codec, chunk_bytes=chunk_bytes,
             dict_size=dict_size, mode=mode, level=level, overwrite=overwrite,
             shard_records=shard_records, workers=workers, progress=progress,
+            break_lock=break_lock, **store_options,
         )  # fmt: skip
-    path = Path(path)
+    target = _target(path, store_options, write_dataset, break_lock)
     array, _, _, _ = describe_rows(array)
-    shard_records, workers = check_sharding(shard_records, workers)
     options: dict[str, Any] = {
         "codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size, "level": level
     }  # fmt: skip
+    if isinstance(target, Location):
+        _write_url(
+            target, "fixed", array, mode=mode, overwrite=overwrite,
+            shard_records=shard_records, workers=workers, options=options, break_lock=break_lock,
+        )  # fmt: skip
+        return _opened_url(Dataset, target)
+    path = target
+    shard_records, workers = check_sharding(shard_records, workers)
     if not write_sharded(
         path, "fixed", array, mode=mode, overwrite=overwrite,
         shard_records=shard_records, workers=workers, options=options,
@@ -189,6 +215,8 @@ def write_ragged(
     shard_records: int | None = None,
     workers: int | None = None,
     progress: bool | None = None,
+    break_lock: bool = False,
+    **store_options: Any,
 ) -> RaggedDataset:
     """Write an iterable of variable-length arrays, one record each, and return it opened.
 
@@ -203,6 +231,8 @@ def write_ragged(
     at a time in a process pool (see `chute.datasets`); ``mode="a"`` on a sharded dataset
     appends to it (`chute.append_ragged`).
     ``progress`` shows a bar in MiB; by default once more than 256 MiB were written.
+    ``path`` may be a URL (``s3://`` ...), with ``store_options`` and ``break_lock`` as in
+    `write_dataset`.
 
     >>> import tempfile, numpy as np
     >>> tokens = [np.array([5, 6, 7]), np.array([8]), np.array([9, 10])]
@@ -211,10 +241,11 @@ def write_ragged(
     (3, [5, 6, 7], dtype('int32'))
     >>> ds.close()
     """
-    path = Path(path)
+    target = _target(path, store_options, write_ragged, break_lock)
     want_dtype = None if dtype is None else np.dtype(dtype)
     want_shape = None if item_shape is None else tuple(int(d) for d in item_shape)
-    shard_records, workers = check_sharding(shard_records, workers)
+    if not isinstance(target, Location):
+        shard_records, workers = check_sharding(shard_records, workers)
     records = checked_records(arrays, want_dtype, want_shape)
     first = next(records, None)
     if first is None and (want_dtype is None or want_shape is None):
@@ -227,6 +258,14 @@ def write_ragged(
         "codec": codec, "chunk_bytes": chunk_bytes, "dict_size": dict_size, "level": level
     }  # fmt: skip
     rest = within_cap(chain([first[0]] if first else [], (r for r, _, _ in records)))
+    if isinstance(target, Location):
+        _write_url(
+            target, "ragged", rest, mode=mode, overwrite=overwrite, shard_records=shard_records,
+            workers=workers, options={**options, "dtype": set_dtype, "item_shape": set_shape},
+            break_lock=break_lock,
+        )  # fmt: skip
+        return _opened_url(RaggedDataset, target)
+    path = target
     if not write_sharded(
         path, "ragged", rest, mode=mode, overwrite=overwrite, shard_records=shard_records,
         workers=workers, options={**options, "dtype": set_dtype, "item_shape": set_shape},
@@ -239,13 +278,20 @@ def write_ragged(
 
 
 def append_dataset(
-    path: str | os.PathLike[str], array: Any, *, workers: int | None = None
+    path: str | os.PathLike[str],
+    array: Any,
+    *,
+    workers: int | None = None,
+    break_lock: bool = False,
+    **store_options: Any,
 ) -> Dataset:
     """Append rows to a sharded dataset and return it opened.
 
     Rows fill the last shard up to the dataset's ``shard_records``, then go to new shards
     (``workers`` processes at once); the manifest is rewritten last, so a crash at any point
     leaves the dataset as it was before the call, and the next append cleans up after it.
+    To a dataset at a URL (``store_options`` and ``break_lock`` as in `write_dataset`), rows
+    go to new shards only: an existing shard is never rewritten.
 
     >>> import tempfile, numpy as np, chute
     >>> path = tempfile.mkdtemp() + "/d"
@@ -254,18 +300,15 @@ def append_dataset(
     >>> len(ds), ds.store.manifest.shards
     (6, (('part-00000.zr', 4), ('part-00001.zr', 2)))
     """
-    path = Path(path)
+    target = _target(path, store_options, append_dataset, break_lock)
+    if isinstance(target, Location):
+        _append_url(target, "fixed", array, workers=workers, break_lock=break_lock)
+        return _opened_url(Dataset, target)
+    path = target
     manifest = check_appendable(path, ragged=False)
     schema = manifest.schema
-    dtype, item_shape, codec = schema.dtype, schema.item_shape, parse_codec(schema.codec)
-    if not hasattr(array, "shape") or not hasattr(array, "dtype"):
-        array = np.asarray(array)
-    if len(array.shape) == 0 or tuple(array.shape[1:]) != item_shape:
-        raise ValueError(
-            f"rows of shape {tuple(array.shape[1:])} do not match the dataset's {item_shape}"
-        )
-    if not np.can_cast(array.dtype, dtype, "same_kind"):
-        raise TypeError(f"rows of dtype {array.dtype} cannot join a dataset of {dtype}")
+    dtype, codec = schema.dtype, parse_codec(schema.codec)
+    array = _joining_rows(array, schema)
     rows = Rows(array, 0, int(array.shape[0]), dtype)
 
     def fill(store: RecordStore, room: int) -> int:
@@ -286,9 +329,15 @@ def append_dataset(
 
 
 def append_ragged(
-    path: str | os.PathLike[str], arrays: Iterable[Any], *, workers: int | None = None
+    path: str | os.PathLike[str],
+    arrays: Iterable[Any],
+    *,
+    workers: int | None = None,
+    break_lock: bool = False,
+    **store_options: Any,
 ) -> RaggedDataset:
-    """Append variable-length records to a sharded ragged dataset, in `append_dataset`'s order.
+    """Append variable-length records to a sharded ragged dataset, in `append_dataset`'s order
+    (at a URL too, as `append_dataset`).
 
     >>> import tempfile, numpy as np, chute
     >>> path = tempfile.mkdtemp() + "/r"
@@ -297,11 +346,14 @@ def append_ragged(
     >>> len(ds), ds[2].tolist()
     (3, [0])
     """
-    path = Path(path)
+    target = _target(path, store_options, append_ragged, break_lock)
+    if isinstance(target, Location):
+        _append_url(target, "ragged", arrays, workers=workers, break_lock=break_lock)
+        return _opened_url(RaggedDataset, target)
+    path = target
     manifest = check_appendable(path, ragged=True)
     schema = manifest.schema
-    checked = checked_records(arrays, schema.dtype, schema.item_shape)
-    records = within_cap(record for record, _, _ in checked)
+    records = _joining_records(arrays, schema)
 
     def fill(store: RecordStore, room: int) -> int:
         with Progress(None, f"append {path.name}", show=False) as bar:
@@ -347,12 +399,7 @@ def write_sharded(
         return False
     _refuse_occupied(path, mode, overwrite)
     options = {**options, "codec": options.get("codec") or "zstd"}
-    if kind == "fixed":
-        payloads: Iterable[Any] = fixed_payloads(source, shard_records)
-        empty: Any = np.asarray(source[:0])
-    else:
-        payloads = ragged_payloads(source, shard_records, lazy=workers in (None, 1))
-        empty = []
+    payloads, empty = _new_payloads(kind, source, shard_records, workers)
     path.mkdir(parents=True, exist_ok=True)
     with writer_lock(path):  # taken before anything is removed
         _refuse_occupied(path, mode, overwrite)  # again: another writer may have finished
@@ -371,3 +418,125 @@ def _refuse_occupied(path: Path, mode: str, overwrite: bool) -> None:
         raise StoreError(f"{path} holds a single store, not shards: append without shards")
     if not overwrite:
         raise occupied_error(path)
+
+
+def _new_payloads(
+    kind: str, source: Any, shard_records: int, workers: int | None
+) -> tuple[Iterable[Any], Any]:
+    """A new sharded dataset's payload per shard, and the payload of its one shard where
+    ``source`` is empty (which keeps the schema)."""
+    if kind == "fixed":
+        return fixed_payloads(source, shard_records), np.asarray(source[:0])
+    return ragged_payloads(source, shard_records, lazy=workers in (None, 1)), []
+
+
+def _joining_rows(array: Any, schema: RecordSchema) -> Any:
+    """``array`` (as an array) once its rows are checked to fit a dataset of ``schema``."""
+    if not hasattr(array, "shape") or not hasattr(array, "dtype"):
+        array = np.asarray(array)
+    if len(array.shape) == 0 or tuple(array.shape[1:]) != schema.item_shape:
+        raise ValueError(
+            f"rows of shape {tuple(array.shape[1:])} do not match the dataset's {schema.item_shape}"
+        )
+    if not np.can_cast(array.dtype, schema.dtype, "same_kind"):
+        raise TypeError(f"rows of dtype {array.dtype} cannot join a dataset of {schema.dtype}")
+    return array
+
+
+def _joining_records(arrays: Iterable[Any], schema: RecordSchema) -> Iterator[Any]:
+    """The records of ``arrays``, each checked against ``schema`` as it is read."""
+    checked = checked_records(arrays, schema.dtype, schema.item_shape)
+    return within_cap(record for record, _, _ in checked)
+
+
+def _target(
+    path: Any, store_options: dict[str, Any], writer: Callable[..., Any], break_lock: bool
+) -> Path | Location:
+    """Where ``writer`` writes: a local folder (a path or ``file://``), or a `Location` in
+    object storage (a URL or an obstore store), its ``store_options`` checked before any
+    request."""
+    if isinstance(path, (str, os.PathLike)):
+        if store_options:
+            params = inspect.signature(writer).parameters
+            keywords = [k for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+            check_options(os.fspath(path), store_options, writer.__name__, keywords)
+        if not is_remote_url(path):
+            if break_lock:
+                raise ValueError(
+                    "break_lock= is for a dataset in object storage: a local writer's lock "
+                    "goes with its process"
+                )
+            if "://" in os.fspath(path):  # file:///...
+                return Path(str(open_location(path).local))
+            return Path(path)
+    location = open_location(path, **store_options)
+    check_writable(location)  # before any request
+    return location
+
+
+View = TypeVar("View", Dataset, RaggedDataset)
+
+
+def _opened_url(view: type[View], location: Location) -> View:
+    """The dataset a writer returns for what it wrote to a URL. Until `Dataset` and
+    `RaggedDataset` read object storage (the remote reader of issue 22) there is none to
+    return, and the writers return ``None``: this is the one place that changes then (to
+    ``view(location.url, **store_options)``)."""
+    return cast(View, None)
+
+
+def _write_url(
+    location: Location,
+    kind: str,
+    source: Any,
+    *,
+    mode: str,
+    overwrite: bool,
+    shard_records: int | None,
+    workers: int | None,
+    options: dict[str, Any],
+    break_lock: bool,
+) -> None:
+    """`write_sharded` for a URL: always shards (one, up to 2**24 records, by default);
+    ``mode="a"`` appends to a dataset there, else writes a new one."""
+    check_write_mode(mode, overwrite)
+    if mode == "a" and survey(location).manifest is not None:
+        _append_url(
+            location, kind, source, workers=workers, break_lock=break_lock,
+            shard_records=shard_records, codec=options.get("codec"),
+        )  # fmt: skip
+        return
+    cap, workers = check_sharding(MAX_RECORDS if shard_records is None else shard_records, workers)
+    assert cap is not None
+    payloads, empty = _new_payloads(kind, source, cap, workers)
+    write_url(
+        location, kind, payloads, empty, mode=mode, overwrite=overwrite, shard_records=cap,
+        workers=workers, options={**options, "codec": options.get("codec") or "zstd"},
+        break_lock=break_lock,
+    )  # fmt: skip
+
+
+def _append_url(
+    location: Location,
+    kind: str,
+    source: Any,
+    *,
+    workers: int | None,
+    break_lock: bool,
+    shard_records: int | None = None,
+    codec: str | None = None,
+) -> None:
+    """`append_dataset` / `append_ragged` for a URL: new shards only."""
+    workers = check_sharding(1, workers)[1]
+
+    def payloads(manifest: Manifest) -> Iterable[Any]:
+        schema, cap = manifest.schema, manifest.shard_records
+        if kind == "fixed":
+            return fixed_payloads(_joining_rows(source, schema), cap, dtype=schema.dtype)
+        records = _joining_records(source, schema)
+        return ragged_payloads(records, cap, lazy=workers in (None, 1))
+
+    append_url(
+        location, kind, payloads, workers=workers, break_lock=break_lock,
+        shard_records=shard_records, codec=codec,
+    )  # fmt: skip

@@ -16,8 +16,9 @@ import shutil
 import warnings
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+from chute._objects import check_options, is_remote_url, open_location
 from chute._util.renamed import legacy_arguments
 from chute.datasets import Dataset, RaggedDataset, is_sharded
 from chute.datasets._internal import check_sharding, clear, writer_lock
@@ -25,7 +26,16 @@ from chute.errors import ColumnTypeError
 from chute.ray._layout import COLUMNS_FILE, LOCK_FILE, STAGING, conversion_lock, open_columns
 from chute.store._internal import parse_codec
 
+if TYPE_CHECKING:
+    from chute.ray._sink import ChuteDatasink
+
 __all__ = ["ColumnTypeError", "open_columns", "read_dataset", "write_dataset"]
+
+#: write_dataset's own keywords, named when a store option is misspelt.
+_KEYWORDS = (
+    "columns", "codec", "shard_records", "ragged", "overwrite", "ray_remote_args",
+    "concurrency", "break_lock",
+)  # fmt: skip
 
 
 @legacy_arguments(
@@ -43,6 +53,8 @@ def write_dataset(
     overwrite: bool = False,
     ray_remote_args: dict[str, Any] | None = None,
     concurrency: int | None = None,
+    break_lock: bool = False,
+    **store_options: Any,
 ) -> dict[str, Dataset | RaggedDataset]:
     """Convert ``dataset`` (a ``ray.data.Dataset``) through Ray's Datasink API into ``path``;
     returns the columns opened with chute. The arguments come in `chute.write_dataset`'s
@@ -57,6 +69,12 @@ def write_dataset(
     ``ragged``) become `chute.RaggedDataset` streams. ``ray_remote_args`` and
     ``concurrency`` go to ``dataset.write_datasink``. One conversion into ``path`` runs at a
     time: a second, while one runs, gets `StoreLockedError` before it touches anything.
+
+    ``path`` may be a URL, ``s3://bucket/prefix``, ``gs://``, ``az://`` (or an obstore
+    store), with ``store_options`` as `chute.write_dataset` takes them: each task stages its
+    shards locally and uploads them, the driver commits the manifests last, and the old
+    conversion there stays readable until then (see docs/scale.md); ``break_lock=True``
+    takes over the lock of a conversion you know is dead. It returns ``None`` then.
 
     Skipped as a doctest: it starts a Ray cluster (``tests/ray`` runs it on a local one).
 
@@ -80,9 +98,33 @@ def write_dataset(
         )
         path, dataset = dataset, path
     ray_ds = dataset
-    path = Path(path)
     shard_records = check_sharding(shard_records, None)[0] or shard_records
     parse_codec(codec)
+
+    def run(sink: ChuteDatasink) -> None:
+        options = ray_ds.context.execution_options
+        keep = options.preserve_order
+        options.preserve_order = True  # write tasks in row order: task order is shard order
+        try:
+            ray_ds.write_datasink(sink, ray_remote_args=ray_remote_args, concurrency=concurrency)
+        finally:
+            options.preserve_order = keep
+
+    if not isinstance(path, (str, os.PathLike)) or is_remote_url(path):
+        from chute.ray._remote import convert_to_url
+
+        if isinstance(path, (str, os.PathLike)):
+            check_options(os.fspath(path), store_options, "write_dataset", _KEYWORDS)
+        location = open_location(path, **store_options)
+        convert_to_url(
+            location, ray_ds, columns=columns, codec=codec, shard_records=shard_records,
+            ragged=frozenset(ragged), overwrite=overwrite, run=run, break_lock=break_lock,
+        )  # fmt: skip
+        return cast(dict[str, Dataset | RaggedDataset], None)  # see datasets._writers._opened_url
+    check_options(os.fspath(path), store_options, "write_dataset", _KEYWORDS)
+    if break_lock:
+        raise ValueError("break_lock= is for a conversion into object storage")
+    path = Path(path)
     if not overwrite:
         _refuse_occupied(path)  # before even the lock file is made in a folder not ours
     path.mkdir(parents=True, exist_ok=True)
@@ -91,14 +133,7 @@ def write_dataset(
             _remove_conversion(path)
         else:
             _refuse_occupied(path)  # one may have finished while this call took the lock
-        sink = ChuteDatasink(path, columns, codec, shard_records, frozenset(ragged))
-        options = ray_ds.context.execution_options
-        keep = options.preserve_order
-        options.preserve_order = True  # write tasks in row order: task order is shard order
-        try:
-            ray_ds.write_datasink(sink, ray_remote_args=ray_remote_args, concurrency=concurrency)
-        finally:
-            options.preserve_order = keep
+        run(ChuteDatasink(path, columns, codec, shard_records, frozenset(ragged)))
         return open_columns(path)
 
 

@@ -82,7 +82,8 @@ def check_column_types(name: str, arrays: Iterable[npt.NDArray[Any]]) -> None:
             )
 
 
-def write_columns(path: Path, columns: list[tuple[str, str]], records: int) -> None:
+def columns_bytes(columns: list[tuple[str, str]], records: int) -> bytes:
+    """columns.json's bytes for ``(name, kind)`` columns of ``records`` records each."""
     fields = {
         "format": FORMAT,
         "version": VERSION,
@@ -90,7 +91,11 @@ def write_columns(path: Path, columns: list[tuple[str, str]], records: int) -> N
         "columns": [{"name": name, "kind": kind} for name, kind in columns],
     }
     doc = {**fields, "checksum": checksum_of(fields)}
-    write_file_atomic(path / COLUMNS_FILE, json.dumps(doc, indent=2).encode() + b"\n")
+    return json.dumps(doc, indent=2).encode() + b"\n"
+
+
+def write_columns(path: Path, columns: list[tuple[str, str]], records: int) -> None:
+    write_file_atomic(path / COLUMNS_FILE, columns_bytes(columns, records))
 
 
 def read_columns(path: str | os.PathLike[str]) -> tuple[list[tuple[str, str]], int]:

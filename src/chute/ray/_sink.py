@@ -7,13 +7,22 @@ there is part of any dataset. Only when every task has succeeded does the driver
 (the dataset's row order), into ``path/<column>/part-NNNNN.zr``, write each column's
 manifest, then ``columns.json`` (the commit point), then remove the staging area, and with
 it whatever a failed or retried attempt had written.
+
+Into object storage (`Remote`), a task writes each shard into a local temporary folder and
+uploads it at once under ``<column>/part-NNNNN.zr``, numbered ``base + task * 10**6 + k``
+(``base`` above every shard number there before): a retried task writes the same names
+again, no two tasks share one, and no name of the old dataset is reused. The driver then
+commits, as `chute.ray._remote` describes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +31,7 @@ import numpy.typing as npt
 from ray.data import Datasink
 from ray.data.block import Block, BlockAccessor
 
+from chute._objects import Location, sub_location, upload_folder
 from chute.datasets import write_dataset, write_ragged
 from chute.datasets._internal import (
     Manifest,
@@ -36,6 +46,25 @@ from chute.ray._layout import STAGING, check_column_name, check_column_types, wr
 # A column's rows: one array (fixed shape), or a list of row arrays (ragged).
 Column = npt.NDArray[Any] | list[npt.NDArray[Any]]
 
+#: Shards one write task may write into object storage (its block of shard numbers).
+TASK_SHARDS = 10**6
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A conversion into object storage: the root `Location` and the first shard number."""
+
+    location: Location
+    base: int
+
+    def shard(self, task: int, k: int) -> str:
+        """The name of write task ``task``'s ``k``-th shard (the same for each attempt)."""
+        if k >= TASK_SHARDS:
+            raise ValueError(
+                f"write task {task} holds more than {TASK_SHARDS} shards: raise shard_records"
+            )
+        return shard_name(self.base + task * TASK_SHARDS + k)
+
 
 class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
     """Writes a Ray Dataset's columns as chute sharded datasets (see `chute.ray`)."""
@@ -47,14 +76,20 @@ class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
         codec: str,
         rows_per_shard: int,
         ragged: frozenset[str],
+        remote: Remote | None = None,
     ) -> None:
         self.path = path
+        self.remote = remote
         self.columns = columns
         self.codec = codec
         self.rows_per_shard = rows_per_shard
         self.ragged = ragged
         #: After a write, on the driver: the rows of each shard, per write task in order.
         self.tasks: list[list[int]] = []
+        #: After a write into object storage, on the driver: each column's kind, schema and
+        #: shards in row order, for `chute.ray._remote` to commit; and the record count.
+        self.uploaded: dict[str, tuple[str, RecordSchema, list[tuple[str, int]]]] = {}
+        self.records = 0
 
     @property
     def min_rows_per_write(self) -> int:
@@ -64,20 +99,27 @@ class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
         return "ChuteWrite"
 
     def on_write_start(self, schema: Any = None) -> None:
-        (self.path / STAGING).mkdir(parents=True, exist_ok=True)
+        if self.remote is None:
+            (self.path / STAGING).mkdir(parents=True, exist_ok=True)
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any]:
         """One write task: its blocks, cut into shards of ``rows_per_shard`` rows."""
-        staging = self.path / STAGING / f"{ctx.task_idx:08d}-{uuid.uuid4().hex}"
-        task = _TaskWriter(self, staging)
-        for block in blocks:
-            task.add(BlockAccessor.for_block(block).to_batch_format("numpy"))
-        task.flush(final=True)
+        index = int(ctx.task_idx)
+        with contextlib.ExitStack() as stack:
+            if self.remote is None:
+                staging = self.path / STAGING / f"{index:08d}-{uuid.uuid4().hex}"
+            else:  # a local folder: each shard goes up as soon as it is written
+                staging = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="chute-")))
+            task = _TaskWriter(self, staging, index)
+            for block in blocks:
+                task.add(BlockAccessor.for_block(block).to_batch_format("numpy"))
+            task.flush(final=True)
         return {
-            "task": int(ctx.task_idx),
+            "task": index,
             "staging": staging.name,
             "shards": task.shards,
             "kinds": task.kinds,
+            "schemas": task.schemas,
         }
 
     def on_write_complete(self, write_result: Any) -> None:
@@ -95,10 +137,27 @@ class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
                     f"columns {diff} hold fixed-shape rows in some blocks and variable-length "
                     "rows in others: name them in ragged=[...] to store them as ragged"
                 )
+        records = sum(sum(r["shards"]) for r in results)
+        if self.remote is not None:  # the driver commits (chute.ray._remote), lock in hand
+            for name in columns:
+                schemas = [
+                    RecordSchema.from_fields(f, name) for r in results for f in r["schemas"][name]
+                ]
+                shards = [
+                    (self.remote.shard(r["task"], k), n)
+                    for r in results
+                    for k, n in enumerate(r["shards"])
+                ]
+                self.uploaded[name] = (
+                    results[0]["kinds"][name],
+                    _one_schema(name, schemas),
+                    shards,
+                )
+            self.records = records
+            return
         staged = {name: self._staged(name, results) for name in columns}  # all checked first
         for name, (schema, parts) in staged.items():
             self._commit_column(name, schema, parts)
-        records = sum(sum(r["shards"]) for r in results)
         write_columns(self.path, [(name, results[0]["kinds"][name]) for name in columns], records)
         shutil.rmtree(self.path / STAGING, ignore_errors=True)
 
@@ -108,22 +167,12 @@ class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
         """A column's staged shards in row order, and the schema every one of them has:
         shards that differ (blocks of another type in another write task) are an error
         before any shard is moved."""
-        parts: list[tuple[Path, int]] = []
-        schema: RecordSchema | None = None
-        for r in results:
-            for k, n in enumerate(r["shards"]):
-                part = self.path / STAGING / r["staging"] / name / f"{k:05d}.zr"
-                ours = RecordSchema.read(part)
-                if schema is None:
-                    schema = ours
-                elif not ours.same_records(schema):
-                    raise ColumnTypeError(
-                        f"column {name!r} changes type across blocks: {schema.describe()} "
-                        f"then {ours.describe()}"
-                    )
-                parts.append((part, n))
-        assert schema is not None
-        return schema, parts
+        parts = [
+            (self.path / STAGING / r["staging"] / name / f"{k:05d}.zr", n)
+            for r in results
+            for k, n in enumerate(r["shards"])
+        ]
+        return _one_schema(name, [RecordSchema.read(part) for part, _ in parts]), parts
 
     def _commit_column(
         self, name: str, schema: RecordSchema, parts: list[tuple[Path, int]]
@@ -145,15 +194,35 @@ class ChuteDatasink(Datasink[dict[str, Any]]):  # type: ignore[misc]
             )
 
     def on_write_failed(self, error: Exception) -> None:
-        shutil.rmtree(self.path / STAGING, ignore_errors=True)
+        if self.remote is None:
+            shutil.rmtree(self.path / STAGING, ignore_errors=True)
+
+
+def _one_schema(name: str, schemas: Iterable[RecordSchema]) -> RecordSchema:
+    """The schema every shard of column ``name`` has: shards that differ (blocks of another
+    type in another write task) are an error before any shard is committed."""
+    first: RecordSchema | None = None
+    for schema in schemas:
+        if first is None:
+            first = schema
+        elif not schema.same_records(first):
+            raise ColumnTypeError(
+                f"column {name!r} changes type across blocks: {first.describe()} "
+                f"then {schema.describe()}"
+            )
+    assert first is not None
+    return first
 
 
 class _TaskWriter:
     """Buffers one task's batches and writes a shard per ``rows_per_shard`` rows."""
 
-    def __init__(self, sink: ChuteDatasink, staging: Path) -> None:
+    def __init__(self, sink: ChuteDatasink, staging: Path, task: int) -> None:
         self.sink = sink
         self.staging = staging
+        self.task = task
+        self.schemas: dict[str, list[dict[str, Any]]] = {}  # each uploaded shard's, by column
+        self.folders: dict[str, Location] = {}  # each column's folder in object storage
         self.pending: list[Mapping[str, Column]] = []  # batches not yet in a shard
         self.rows = 0
         self.shards: list[int] = []
@@ -202,13 +271,20 @@ class _TaskWriter:
         codec = self.sink.codec
         if not isinstance(values, list):
             write_dataset(part, values, codec=codec, progress=False).close()
-            return
-        typed = [r for r in values if r.dtype != object]
-        if len(typed) < len(values):  # Ray hands empty rows back as empty object arrays
-            dtype = typed[0].dtype if typed else np.dtype(np.float64)
-            tail = typed[0].shape[1:] if typed else ()
-            values = [r if r.dtype != object else np.zeros((0, *tail), dtype) for r in values]
-        write_ragged(part, values, codec=codec).close()
+        else:
+            typed = [r for r in values if r.dtype != object]
+            if len(typed) < len(values):  # Ray hands empty rows back as empty object arrays
+                dtype = typed[0].dtype if typed else np.dtype(np.float64)
+                tail = typed[0].shape[1:] if typed else ()
+                values = [r if r.dtype != object else np.zeros((0, *tail), dtype) for r in values]
+            write_ragged(part, values, codec=codec).close()
+        remote = self.sink.remote
+        if remote is not None:
+            if name not in self.folders:
+                self.folders[name] = sub_location(remote.location, name)
+            self.schemas.setdefault(name, []).append(RecordSchema.read(part).to_fields())
+            upload_folder(self.folders[name], part, remote.shard(self.task, len(self.shards)))
+            shutil.rmtree(part)
 
 
 def _concat(name: str, parts: list[Column], ragged: bool) -> Column:
