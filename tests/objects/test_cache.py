@@ -4,6 +4,7 @@ hang or is killed runs in a child process with a timeout."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -332,7 +333,8 @@ def test_a_fetcher_killed_mid_write_leaves_nothing_torn(tmp_path: Path) -> None:
                 while child.is_alive() and not any(".tmp-" in n for n in os.listdir(root)):
                     assert time.monotonic() < deadline
                 assert child.pid is not None
-                os.kill(child.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):  # it may have finished first
+                    os.kill(child.pid, signal.SIGKILL)
             finally:
                 child.join(30)
             if any(".tmp-" in n for n in os.listdir(root)):
