@@ -171,6 +171,7 @@ def open_location(url: str | os.PathLike[str] | Any, **options: Any) -> Location
             )
         path = os.path.abspath(urlparse(text).path if scheme == "file" else text)
         return Location(text, "", None, path, True)
+    _require_obstore(text)
     parsed = urlparse(text)
     bucket, prefix = parsed.netloc, parsed.path.strip("/") or None
     if scheme in ("http", "https"):
@@ -190,3 +191,13 @@ def open_location(url: str | os.PathLike[str] | Any, **options: Any) -> Location
     from obstore.store import AzureStore
 
     return Location(text, scheme, AzureStore(bucket, prefix=prefix, **options), None, True)
+
+
+def _require_obstore(url: str) -> None:
+    """An ``ImportError`` saying which extra to install, before the first obstore import."""
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            f"reading or writing {url} needs obstore: pip install 'chute[remote]'"
+        ) from None
