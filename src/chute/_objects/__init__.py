@@ -21,8 +21,11 @@ from chute._objects._url import (
     check_options,
     is_option,
     is_remote_url,
+    is_store_instance,
+    local_path,
     open_location,
     options_for,
+    reads_remotely,
     scheme_of,
 )
 
@@ -37,8 +40,11 @@ __all__ = [
     "check_options",
     "is_option",
     "is_remote_url",
+    "is_store_instance",
+    "local_path",
     "open_bounded",
     "open_location",
     "options_for",
+    "reads_remotely",
     "scheme_of",
 ]

@@ -207,6 +207,7 @@ class ObjectReader:
         self._deadline = deadline
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._outer: ThreadPoolExecutor | None = None
         self.requests = 0
         """Requests sent so far (heads, gets): how tests see what an open costs."""
 
@@ -231,7 +232,20 @@ class ObjectReader:
     def read_all(self, path: str, limit: int) -> bytes:
         """The whole object at ``path``, if it holds at most ``limit`` bytes (a larger one is
         an `UnsafeFileError`, its body never read)."""
-        return self._run([partial(self._read_all, path, limit)])[0]
+        found = self._run([partial(self._read_start, path, limit, whole=True, missing_ok=False)])
+        assert found[0] is not None
+        return found[0][1]
+
+    def read_starts(
+        self, items: Sequence[tuple[str, int]], *, missing_ok: bool = False
+    ) -> list[tuple[ObjectInfo, bytes] | None]:
+        """For each ``(path, n)``, side by side: the object's info and its first ``n`` bytes
+        (all of it, if it is shorter). One request each, so the small files a dataset opens
+        with cost one round trip together; with ``missing_ok`` a missing object is None."""
+        return self._run(
+            [partial(self._read_start, path, n, whole=False, missing_ok=missing_ok)
+             for path, n in items]
+        )  # fmt: skip
 
     def read_ranges(self, info: ObjectInfo, ranges: Sequence[Range]) -> list[Buffer]:
         """One buffer per range of ``ranges`` (each within the object), read through the
@@ -244,6 +258,20 @@ class ObjectReader:
             key = f"{self.url(info.path)}\0{info.etag}\0{info.size}"
             return self._cache.read_ranges(key, info.size, ranges, lambda r: self._fetch(info, r))
         return self._fetch(info, ranges)
+
+    def read_many(
+        self, requests: Sequence[tuple[ObjectInfo, Sequence[Range]]]
+    ) -> list[list[Buffer]]:
+        """`read_ranges` of several objects side by side (the chunks one batch touches)."""
+        if len(requests) == 1:
+            return [self.read_ranges(*requests[0])]
+        with self._lock:
+            if self._outer is None:  # waits on requests: never a thread of the request pool
+                self._outer = ThreadPoolExecutor(self._max_in_flight, "chute-objects-wait")
+            outer = self._outer
+        futures = [outer.submit(self.read_ranges, info, ranges) for info, ranges in requests]
+        wait(futures)
+        return [future.result() for future in futures]
 
     def _fetch(self, info: ObjectInfo, ranges: Sequence[Range]) -> list[Buffer]:
         """Fetch ``ranges`` from the store: merged, side by side, each answer checked."""
@@ -264,17 +292,41 @@ class ObjectReader:
         meta = self._call(path, lambda: obstore.head(self._store, path))
         return ObjectInfo(path, int(meta["size"]), meta.get("e_tag"))
 
-    def _read_all(self, path: str, limit: int) -> bytes:
-        result = self._call(path, lambda: obstore.get(self._store, path))
-        size = int(result.meta["size"])
-        if size > limit:
+    def _read_start(
+        self, path: str, n: int, *, whole: bool, missing_ok: bool
+    ) -> tuple[ObjectInfo, bytes] | None:
+        """One GET of the object: its first ``n`` bytes; with ``whole``, all of it, or an
+        `UnsafeFileError` if it holds more than ``n`` (the body then never read)."""
+        try:
+            result = self._call(path, lambda: obstore.get(self._store, path))
+        except RemoteNotFoundError:
+            if missing_ok:
+                return None
+            raise
+        meta = result.meta
+        info = ObjectInfo(path, int(meta["size"]), meta.get("e_tag"))
+        if whole and info.size > n:
             raise UnsafeFileError(
-                f"{self.url(path)} holds more than the {limit} bytes its format allows"
+                f"{self.url(path)} holds more than the {n} bytes its format allows"
             )
-        data = bytes(self._call(path, result.bytes, body=True))
-        if len(data) != size:
-            raise RemoteError(f"{self.url(path)}: the answer held {len(data)} of {size} bytes")
-        return data
+        want = min(n, info.size)
+        if info.size <= n:
+            data = bytes(self._call(path, result.bytes, body=True))
+        else:  # read the start of the body, then drop the rest
+            stream = iter(result.stream(min_chunk_size=max(want, 1)))
+            parts: list[bytes] = []
+            while sum(map(len, parts)) < want:
+                part = self._call(path, lambda: next(stream, b""), body=True)
+                if not part:
+                    break
+                parts.append(part)
+            data = b"".join(parts)[:want]
+        if len(data) != want:
+            raise RemoteError(
+                f"{self.url(path)}: the answer held {len(data)} bytes where {want} were due "
+                "(a truncated answer)"
+            )
+        return info, data
 
     def _get(self, info: ObjectInfo, request: Range) -> memoryview:
         options: GetOptions = {"range": request}
@@ -353,9 +405,10 @@ class ObjectReader:
     def close(self) -> None:
         """Stop the reader's threads (requests in flight finish first); idempotent."""
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None and not _forked_after_use:
-            pool.shutdown(wait=True)
+            pools, self._pool, self._outer = (self._outer, self._pool), None, None
+        for pool in pools:
+            if pool is not None and not _forked_after_use:
+                pool.shutdown(wait=True)
 
 
 def _first_line(error: BaseException) -> str:
