@@ -223,11 +223,16 @@ class ObjectReader:
 
     def head(self, path: str) -> ObjectInfo:
         """The object's size and ETag; a missing object is `RemoteNotFoundError`."""
-        return self.head_all([path])[0]
+        info = self.head_all([path])[0]
+        assert info is not None
+        return info
 
-    def head_all(self, paths: Sequence[str]) -> list[ObjectInfo]:
-        """`head` of each of ``paths``, side by side."""
-        return self._run([partial(self._head, path) for path in paths])
+    def head_all(
+        self, paths: Sequence[str], *, missing_ok: bool = False
+    ) -> list[ObjectInfo | None]:
+        """`head` of each of ``paths``, side by side; with ``missing_ok`` a missing object
+        is None."""
+        return self._run([partial(self._head, path, missing_ok) for path in paths])
 
     def read_all(self, path: str, limit: int) -> bytes:
         """The whole object at ``path``, if it holds at most ``limit`` bytes (a larger one is
@@ -288,8 +293,13 @@ class ObjectReader:
             out.append(data[start - first : end - first])
         return out
 
-    def _head(self, path: str) -> ObjectInfo:
-        meta = self._call(path, lambda: obstore.head(self._store, path))
+    def _head(self, path: str, missing_ok: bool = False) -> ObjectInfo | None:
+        try:
+            meta = self._call(path, lambda: obstore.head(self._store, path))
+        except RemoteNotFoundError:
+            if missing_ok:
+                return None
+            raise
         return ObjectInfo(path, int(meta["size"]), meta.get("e_tag"))
 
     def _read_start(

@@ -33,10 +33,12 @@ from chute._util.cores import usable_cores
 from chute._util.renamed import call_threads, legacy_arguments
 from chute.errors import (
     CorruptStoreError,
+    RemoteChangedError,
     RemoteError,
     RemoteNotFoundError,
     StoreClosedError,
     StoreError,
+    UnsafeFileError,
 )
 from chute.store import _format as fmt
 from chute.store import _read
@@ -153,6 +155,7 @@ class RemoteStore(RecordStore, remote=True):
         self._writer = None
         self._snap = empty_snapshot()
         self._chunks: list[ObjectInfo | None] = []
+        self._meta: ObjectInfo | None = None
         self._sizes: dict[str, int] = {}
         self._lost: str | None = None
         self._dictionary = False
@@ -180,6 +183,7 @@ class RemoteStore(RecordStore, remote=True):
         if meta is None:
             raise self._not_found()
         info, head = meta
+        self._meta = info
         if len(head) < fmt.HEADER_SIZE:
             raise CorruptStoreError(
                 f"{where}/meta.zr is truncated: {len(head)} bytes, the header alone is 16"
@@ -194,7 +198,10 @@ class RemoteStore(RecordStore, remote=True):
         ddict = None
         if dictionary is not None:
             if dictionary[0].size > fmt.MAX_DICT:
-                raise CorruptStoreError(f"{where}/{fmt.DICT_FILE} is larger than any dictionary")
+                raise UnsafeFileError(
+                    f"{where}/{fmt.DICT_FILE} holds more than the {fmt.MAX_DICT} bytes its "
+                    "format allows"
+                )
             ddict = load_dict(where, dictionary[1], stamp[1] if stamp else None)
             self._dictionary = True
         table_sums, strict = None, False
@@ -241,32 +248,33 @@ class RemoteStore(RecordStore, remote=True):
             )
 
     def _chunk_infos(self, chunks: npt.NDArray[np.int64], snap: Snapshot) -> None:
-        """HEAD the chunk objects of ``chunks`` not seen yet (side by side), keeping each
-        one's size and ETag and its readable limit in the snapshot."""
+        """HEAD the chunk objects of ``chunks`` not seen yet, side by side with meta.zr: a
+        table rewritten since open would not describe the chunk objects now there, so that is
+        a `RemoteChangedError`. Each chunk's size and ETag are kept, and its readable limit
+        put in the snapshot."""
         with self._lock:
             todo = [int(c) for c in np.unique(chunks) if self._chunks[int(c)] is None]
             if not todo:
                 return
             paths = [self._prefix + fmt.chunk_file(c) for c in todo]
-            try:
-                infos = self._reader.head_all(paths)
-            except FileNotFoundError:
-                missing = [c for c, p in zip(todo, paths, strict=True) if not self._exists(p)]
-                raise CorruptStoreError(
-                    f"{self._url}: chunk object {fmt.chunk_file(missing[0] if missing else 0)} "
-                    f"is missing (the header names chunks 0..{snap.tail_chunk})"
-                ) from None
+            meta, *infos = self._reader.head_all(
+                [self._prefix + fmt.META_FILE, *paths], missing_ok=True
+            )
+            if meta != self._meta:
+                now = "gone" if meta is None else f"now ETag {meta.etag}, {meta.size} bytes"
+                raise RemoteChangedError(
+                    f"{self._url}/{fmt.META_FILE} changed since the store was opened ({now}): "
+                    "reopen it"
+                )
             for c, info in zip(todo, infos, strict=True):
+                if info is None:
+                    raise CorruptStoreError(
+                        f"{self._url}: chunk object {fmt.chunk_file(c)} is missing "
+                        f"(the header names chunks 0..{snap.tail_chunk})"
+                    )
                 self._chunks[c] = info
             sizes = [0 if info is None else info.size for info in self._chunks]
             snap.limits[:] = chunk_limits(sizes, snap.tail_chunk, snap.tail_offset)
-
-    def _exists(self, path: str) -> bool:
-        try:
-            self._reader.head(path)
-        except FileNotFoundError:
-            return False
-        return True
 
     # ---- state ---------------------------------------------------------------------
 
