@@ -215,6 +215,11 @@ class ObjectReader:
     def location(self) -> Location:
         return self._location
 
+    @property
+    def max_in_flight(self) -> int:
+        """The most requests this reader has in flight at once."""
+        return self._max_in_flight
+
     def url(self, path: str) -> str:
         """The URL of the object at ``path``, for messages."""
         return f"{self._location.url.rstrip('/')}/{path}"

@@ -150,32 +150,18 @@ def checksum_of(fields: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
-def write_manifest(path: Path, manifest: Manifest) -> None:
-    """Commit ``manifest``: atomic and durable, so a crash leaves the old one or the new."""
-    write_file_atomic(path / MANIFEST_FILE, manifest.to_bytes(), durable=True)
-
-
-def read_manifest(path: str | os.PathLike[str]) -> Manifest:
-    """Load and check dataset.json; a missing one beside shards is an unfinished write.
+def parse_manifest(raw: bytes, file: str) -> Manifest:
+    """dataset.json's bytes (read from a folder or from object storage), checked: its format
+    and version, its own checksum, every field, the shard names and lengths; ``file`` names
+    it in every error.
 
     >>> import tempfile, numpy as np, chute
     >>> path = tempfile.mkdtemp() + "/many"
-    >>> chute.write_dataset(path, np.zeros((10, 3), np.float32), shard_records=5).close()
-    >>> m = read_manifest(path)
-    >>> [name for name, _ in m.shards], m.schema.dtype, m.schema.item_shape
-    (['part-00000.zr', 'part-00001.zr'], dtype('float32'), (3,))
+    >>> chute.write_dataset(path, np.arange(10), shard_records=4).close()
+    >>> raw = open(path + "/dataset.json", "rb").read()
+    >>> parse_manifest(raw, "dataset.json").records
+    10
     """
-    path = Path(path)
-    file = path / MANIFEST_FILE
-    try:
-        raw = read_regular(file, path, MAX_MANIFEST_BYTES)
-    except FileNotFoundError:
-        if shard_dirs(path):
-            raise IncompleteDatasetError(
-                f"{path} holds shards but no {MANIFEST_FILE}: its write did not finish "
-                "(write it again with overwrite=True)"
-            ) from None
-        raise StoreNotFoundError(f"no sharded dataset at {path}: no {MANIFEST_FILE}") from None
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
@@ -207,6 +193,37 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
         raise CorruptStoreError(
             f"{file} says {total} records but its shards add up to {manifest.records}"
         )
+    return manifest
+
+
+def write_manifest(path: Path, manifest: Manifest) -> None:
+    """Commit ``manifest``: atomic and durable, so a crash leaves the old one or the new."""
+    write_file_atomic(path / MANIFEST_FILE, manifest.to_bytes(), durable=True)
+
+
+def read_manifest(path: str | os.PathLike[str]) -> Manifest:
+    """Load and check dataset.json; a missing one beside shards is an unfinished write.
+
+    >>> import tempfile, numpy as np, chute
+    >>> path = tempfile.mkdtemp() + "/many"
+    >>> chute.write_dataset(path, np.zeros((10, 3), np.float32), shard_records=5).close()
+    >>> m = read_manifest(path)
+    >>> [name for name, _ in m.shards], m.schema.dtype, m.schema.item_shape
+    (['part-00000.zr', 'part-00001.zr'], dtype('float32'), (3,))
+    """
+    path = Path(path)
+    file = path / MANIFEST_FILE
+    try:
+        raw = read_regular(file, path, MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        if shard_dirs(path):
+            raise IncompleteDatasetError(
+                f"{path} holds shards but no {MANIFEST_FILE}: its write did not finish "
+                "(write it again with overwrite=True)"
+            ) from None
+        raise StoreNotFoundError(f"no sharded dataset at {path}: no {MANIFEST_FILE}") from None
+    manifest = parse_manifest(raw, str(file))
+    names = [name for name, _ in manifest.shards]
     linked = [name for name in names if (path / name).is_symlink()]
     if linked:
         raise UnsafeFileError(

@@ -394,6 +394,14 @@ def is_generation(data: Any) -> bool:
     return len(data) >= fmt.GEN_HEADER.size and bytes(data[:4]) == fmt.GEN_MAGIC
 
 
+def generation_of(data: bytes | None) -> int:
+    """The generation gen.chute's bytes hold (0 for none, or a file that is not one, as a
+    local reader takes it)."""
+    if data is None or not is_generation(data):
+        return 0
+    return int(fmt.GEN_HEADER.unpack_from(data)[2])
+
+
 def release(m: mmap.mmap) -> None:
     """Unmap now, or, while a view (a snapshot, a traceback) still holds it, when it dies."""
     with contextlib.suppress(BufferError):

@@ -47,7 +47,7 @@ from chute.store._files import (
     check_header,
     chunk_limits,
     empty_snapshot,
-    is_generation,
+    generation_of,
     load_dict,
     lost_sums,
     parse_sums,
@@ -125,13 +125,20 @@ class RemoteStore(RecordStore, remote=True):
 
     @classmethod
     def inside(
-        cls, reader: ObjectReader, prefix: str, *, verify: bool, num_threads: int | None
+        cls,
+        reader: ObjectReader,
+        prefix: str,
+        *,
+        verify: bool,
+        num_threads: int | None,
+        owns_reader: bool = False,
     ) -> RemoteStore:
-        """The store at ``prefix`` (``"part-00000.zr"``) of ``reader``'s location, read
-        through that reader (the shards of one dataset share its requests in flight)."""
+        """The store at ``prefix`` (``"part-00000.zr"``, or ``""`` for the location itself)
+        of ``reader``'s location, read through that reader (the shards of one dataset share
+        its requests in flight); closing the store closes the reader if it ``owns_reader``."""
         store = object.__new__(cls)
         store._closed = True
-        store._setup(reader, prefix, verify, num_threads, owns_reader=False)
+        store._setup(reader, prefix, verify, num_threads, owns_reader=owns_reader)
         return store
 
     def _setup(
@@ -192,9 +199,7 @@ class RemoteStore(RecordStore, remote=True):
         tail_chunk, tail_offset, length = state = check_header(where, _aligned(head), capacity)
         table = self._rest(info, head, fmt.HEADER_SIZE + length * fmt.LOC_SIZE)
         entries = np.frombuffer(table, fmt.LOC_DTYPE, count=length, offset=fmt.HEADER_SIZE)
-        generation = 0
-        if gen is not None and is_generation(gen[1]):
-            generation = fmt.GEN_HEADER.unpack_from(gen[1])[2]
+        generation = generation_of(None if gen is None else gen[1])
         ddict = None
         if dictionary is not None:
             if dictionary[0].size > fmt.MAX_DICT:
