@@ -136,11 +136,43 @@ def bounded_options(url: object, options: Mapping[str, Any]) -> dict[str, Any]:
     (['allow_http', 'connect_timeout', 'timeout'], 5)
     """
     out = dict(options)
-    if scheme_of(url) in (None, "file"):
+    scheme = scheme_of(url)
+    if scheme in (None, "file"):
         return out
-    out["client_options"] = {**CLIENT_DEFAULTS, **dict(out.get("client_options") or {})}
+    mine = dict(out.get("client_options") or {})
+    out["client_options"] = {**CLIENT_DEFAULTS, **_client_env(scheme), **mine}
     if "retry_config" not in out:
         out["retry_config"] = dict(RETRY_DEFAULTS)
+    return out
+
+
+#: obstore's client options, and which of them are flags (the environment spells them
+#: ``true``/``false``).
+_CLIENT_KEYS = frozenset(
+    """allow_http allow_invalid_certificates connect_timeout default_content_type http1_only
+    http2_keep_alive_interval http2_keep_alive_timeout http2_keep_alive_while_idle http2_only
+    pool_idle_timeout pool_max_idle_per_host proxy_url proxy_ca_certificate proxy_excludes
+    randomize_addresses read_timeout timeout user_agent""".split()  # noqa: SIM905
+)
+_CLIENT_FLAGS = frozenset(
+    {"allow_http", "allow_invalid_certificates", "http1_only", "http2_only", "randomize_addresses"}
+)
+_ENV_PREFIX = {"s3": "AWS_", "gs": "GOOGLE_", "az": "AZURE_"}
+
+
+def _client_env(scheme: str | None) -> dict[str, Any]:
+    """The client options the environment sets for ``scheme`` (``AWS_ALLOW_HTTP`` ...): a
+    store given ``client_options`` reads none from there, so chute passes them on."""
+    prefix = _ENV_PREFIX.get(scheme or "")
+    if prefix is None:
+        return {}
+    out: dict[str, Any] = {}
+    for key in _CLIENT_KEYS:
+        value = os.environ.get(prefix + key.upper())
+        if value is not None:
+            out[key] = (
+                value.strip().lower() in ("1", "true", "yes") if key in _CLIENT_FLAGS else value
+            )
     return out
 
 
