@@ -149,7 +149,7 @@ def _each(
         path: Path | str = name if reads_remotely(name) else Path(local_path(name))
         try:
             result = {"path": str(path), **run(path)}
-        except (ChuteError, OSError, ValueError) as e:
+        except (ChuteError, OSError, ValueError, TypeError) as e:  # TypeError: a bad -o
             print(f"chute {args.command}: error: {path}: {e}", file=sys.stderr)
             results.append({"path": str(path), "error": str(e)})
             status = 2
