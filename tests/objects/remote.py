@@ -48,12 +48,3 @@ def to_memory(folder: str | os.PathLike[str]) -> MemoryStore:
     upload(folder, store)
     return store
 
-
-def by_url(dataset: Any, endpoint: str, **kwargs: Any) -> Any:
-    """``dataset`` (a `Dataset` or `RaggedDataset` written to a folder) uploaded to a fresh
-    bucket on the moto server at ``endpoint`` and opened again, by URL, as the same class
-    (the local one is closed)."""
-    folder, kind = dataset.path, type(dataset)
-    dataset.close()
-    url, options = to_s3(folder, endpoint)
-    return kind(url, **options, **kwargs)
