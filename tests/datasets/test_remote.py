@@ -1,6 +1,7 @@
 """Datasets by URL: what opening costs (a sharded dataset's shards open on first use), an
 overwrite noticed, pickling, options checked before any request, ``chute info`` and
-``chute verify`` of a URL, and the loader surfacing a failing server in ``next()``. (Every
+``chute verify`` of a URL, the loader surfacing a failing server in ``next()``, a dataset on
+a web server. (Every
 read test of tests/datasets also runs through s3:// on moto: the ``serve`` fixture.)"""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from chute.errors import (
     RemoteNotFoundError,
     StoreChangedError,
 )
-from tests.objects.fault_proxy import FaultProxy
+from tests.objects.fault_proxy import FaultProxy, FileServer
 from tests.objects.remote import s3_location, to_s3, upload
 from tests.objects.spawned import run_spawned
 from tests.objects.test_reader import QUICK_RETRIES
@@ -146,3 +147,35 @@ def test_the_loader_surfaces_a_failing_server_in_next(tmp_path: Path, s3_server:
         proxy.fault = lambda method, path: "503" if path.endswith("/0.zr") else None
         opts = {**options, "endpoint": proxy.endpoint, "retry_config": QUICK_RETRIES}
         assert run_spawned(_loader_through_faults, url, opts) == OK
+
+
+def test_a_dataset_on_a_web_server(tmp_path: Path) -> None:
+    seqs = [np.arange(i % 7) for i in range(40)]
+    chute.write_ragged(tmp_path / "tok", seqs, shard_records=16).close()
+    chute.write_dataset(tmp_path / "one", np.arange(40, dtype=np.int16)).close()
+    web_options = {"client_options": {"allow_http": True}}
+    with FileServer(str(tmp_path)) as web:
+        tokens = RaggedDataset(f"{web.url}/tok", verify=True, **web_options)
+        values, splits = tokens[[39, 0, 20]]
+        assert splits.tolist() == [0, 4, 4, 10] and values.tolist() == [
+            0,
+            1,
+            2,
+            3,
+            0,
+            1,
+            2,
+            3,
+            4,
+            5,
+        ]
+        one = Dataset(f"{web.url}/one", **web_options)
+        assert one[[5, 39]].tolist() == [5, 39] and one.store.verify()["checked"] == 40
+        chunk = tmp_path / "one" / "0.zr"  # rewritten in place: the server's ETag changes
+        chunk.write_bytes(chunk.read_bytes()[::-1])
+        with pytest.raises(RemoteError, match=r"one/0\.zr changed since it was opened"):
+            one[[5]]
+        with pytest.raises(RemoteNotFoundError):
+            Dataset(f"{web.url}/nothing", **web_options)
+        with pytest.raises(TypeError, match="'region'"):
+            Dataset(f"{web.url}/one", region="x")  # a web server takes no credentials

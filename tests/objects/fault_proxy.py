@@ -1,10 +1,13 @@
 """A small threaded HTTP proxy in front of the moto S3 server that injects faults: 503s, a
 connection dropped before the answer or cut inside it, an answer held back; and counts the
-requests it saw and how many were in flight at once."""
+requests it saw and how many were in flight at once. And a static web server with ranges
+(`FileServer`), for datasets read over http://."""
 
 from __future__ import annotations
 
 import http.client
+import os
+import re
 import socket
 import threading
 import time
@@ -126,3 +129,69 @@ class FaultProxy:
             req.connection.shutdown(socket.SHUT_RDWR)
             return
         req.wfile.write(data)
+
+
+class FileServer:
+    """A static web server over a folder that answers HEAD and GET with ``Range`` and an
+    ``ETag`` (size and mtime), as a web server hosting a dataset does (Python's own
+    http.server ignores ranges)."""
+
+    def __init__(self, root: str) -> None:
+        folder = os.path.abspath(root)
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_HEAD(self) -> None:
+                self.answer(body=False)
+
+            def do_GET(self) -> None:
+                self.answer(body=True)
+
+            def answer(self, *, body: bool) -> None:
+                path = os.path.join(folder, self.path.lstrip("/"))
+                if not os.path.abspath(path).startswith(folder) or not os.path.isfile(path):
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                st = os.stat(path)
+                etag = f'"{st.st_size:x}-{st.st_mtime_ns:x}"'
+                with open(path, "rb") as f:
+                    data = f.read()
+                start, end, status = 0, len(data), 200
+                ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+                if ranged:
+                    start = int(ranged[1])
+                    end = min(len(data), int(ranged[2]) + 1) if ranged[2] else len(data)
+                    status = 206
+                self.send_response(status)
+                self.send_header("ETag", etag)
+                self.send_header("Last-Modified", self.date_time_string(int(st.st_mtime)))
+                self.send_header("Content-Length", str(end - start))
+                if status == 206:
+                    self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+                self.end_headers()
+                if body:
+                    self.wfile.write(data[start:end])
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> FileServer:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -47,4 +47,3 @@ def to_memory(folder: str | os.PathLike[str]) -> MemoryStore:
     store = MemoryStore()
     upload(folder, store)
     return store
-
