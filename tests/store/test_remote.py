@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -250,3 +251,57 @@ def test_a_failing_server_ends_a_read_in_an_error(
         opts = {**options, "endpoint": proxy.endpoint, "retry_config": QUICK_RETRIES}
         assert run_spawned(_gather_through, url, opts) == OK
         assert proxy.count("GET", "/0.zr") > 1 or proxy.count("HEAD", "/0.zr") > 1
+
+
+def _outcome(open_ds: Callable[[], Any], where: str) -> tuple[str, str]:
+    """What reading everything gives: the data's bytes, or the error's class and message
+    (its location written as ``<where>``)."""
+    try:
+        ds = open_ds()
+        got = np.concatenate([ds[:].reshape(-1), ds[[N - 1, 0, N // 2]].reshape(-1)])
+        ds.close()
+    except Exception as e:
+        return type(e).__name__, str(e).replace(where, "<where>")
+    return "data", got.tobytes().hex()
+
+
+def _damage_sweep(root: str, trials: int) -> int:
+    """In a spawned child: damage a store at random, many times; read it from its folder and
+    from object storage (a memory store): the same data, or the same error."""
+    import shutil
+
+    from chute import Dataset, write_dataset
+    from tests.objects.remote import to_memory
+
+    rng = np.random.default_rng(5)
+    rows = rng.integers(0, 4, (N, 96)).astype(np.uint8)
+    failures = []
+    for codec in ("raw", "zstd", "zstd_dict"):
+        pristine = Path(root) / f"{codec}.zr"
+        write_dataset(pristine, rows, codec=codec).close()
+        files = sorted(f.name for f in pristine.iterdir())
+        for trial in range(trials):
+            path = Path(root) / f"t{trial}"
+            shutil.copytree(pristine, path)
+            target = path / files[trial % len(files)]
+            data = bytearray(target.read_bytes())
+            if data and rng.random() < 0.6:
+                for _ in range(int(rng.integers(1, 4))):
+                    data[int(rng.integers(0, len(data)))] ^= 1 << int(rng.integers(0, 8))
+            else:
+                data = data[: int(rng.integers(0, max(len(data), 1)))]
+            target.write_bytes(bytes(data))
+            bucket = to_memory(path)
+            for verify in (False, True):
+                local = _outcome(partial(Dataset, path, verify=verify), str(path))
+                remote = _outcome(partial(Dataset, bucket, verify=verify), repr(bucket))
+                if local != remote:
+                    failures.append((codec, target.name, verify, local[:2], remote[:2]))
+            shutil.rmtree(path)
+    for failure in failures:
+        print(failure)
+    return OK if not failures else WRONG_DATA
+
+
+def test_damage_reads_the_same_from_object_storage_as_from_a_folder(tmp_path: Path) -> None:
+    assert run_spawned(_damage_sweep, str(tmp_path), 60, timeout=300) == OK
