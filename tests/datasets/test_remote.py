@@ -28,9 +28,8 @@ from chute.errors import (
     StoreChangedError,
 )
 from tests.objects.fault_proxy import FaultProxy, FileServer
-from tests.objects.remote import s3_location, to_s3, upload
+from tests.objects.remote import QUICK_RETRIES, s3_location, to_s3, upload
 from tests.objects.spawned import run_spawned
-from tests.objects.test_reader import QUICK_RETRIES
 from tests.store.isolate import OK, WRONG_DATA
 
 SHARDS = 10_000

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,17 @@ from obstore.store import MemoryStore
 
 from chute._objects import open_location
 from tests.conftest import S3_OPTIONS, make_bucket
+
+QUICK_RETRIES = {
+    "max_retries": 2,
+    "retry_timeout": timedelta(seconds=5),
+    "backoff": {
+        "init_backoff": timedelta(milliseconds=10),
+        "max_backoff": timedelta(milliseconds=50),
+        "base": 2,
+    },
+}
+"""A retry budget for tests that inject faults: a few quick retries, then the error."""
 
 
 def upload(folder: str | os.PathLike[str], store: Any, prefix: str = "") -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
-from datetime import timedelta
 from typing import Any
 
 import obstore
@@ -25,19 +24,11 @@ from chute._objects._reader import merge
 from chute.errors import RemoteChangedError, RemoteError, RemoteNotFoundError, UnsafeFileError
 from tests.conftest import S3_OPTIONS, make_bucket, running_moto
 from tests.objects.fault_proxy import FaultProxy
+from tests.objects.remote import QUICK_RETRIES
 from tests.objects.spawned import run_spawned
 from tests.store.isolate import OK, WRONG_DATA, run_isolated
 
 DATA = bytes(range(256)) * 8192  # 2 MiB
-QUICK_RETRIES = {
-    "max_retries": 2,
-    "retry_timeout": timedelta(seconds=5),
-    "backoff": {
-        "init_backoff": timedelta(milliseconds=10),
-        "max_backoff": timedelta(milliseconds=50),
-        "base": 2,
-    },
-}
 
 
 @pytest.fixture

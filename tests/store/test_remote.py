@@ -30,9 +30,8 @@ from chute.errors import (
 from chute.store import RemoteStore
 from tests.conftest import S3_OPTIONS, running_moto
 from tests.objects.fault_proxy import FaultProxy
-from tests.objects.remote import s3_location, to_memory, to_s3, upload
+from tests.objects.remote import QUICK_RETRIES, s3_location, to_memory, to_s3, upload
 from tests.objects.spawned import run_spawned
-from tests.objects.test_reader import QUICK_RETRIES
 from tests.store.conftest import record
 from tests.store.isolate import OK, WRONG_DATA
 
