@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,15 +31,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[str]:
-    """A moto S3 server on 127.0.0.1 (bounded start-up wait, always stopped)."""
+@contextlib.contextmanager
+def running_moto(**env: str) -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 with ``env`` added to its environment (bounded start-up
+    wait, always stopped); yields its endpoint."""
     exe = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
     port = _free_port()
     proc = subprocess.Popen(
         [exe, "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **env},
     )
     endpoint = f"http://127.0.0.1:{port}"
     try:
@@ -44,6 +49,8 @@ def s3_server() -> Iterator[str]:
         while True:
             try:
                 urllib.request.urlopen(endpoint, timeout=10).close()
+                break
+            except urllib.error.HTTPError:  # an answer, if a refusal (a server that checks keys)
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
@@ -57,6 +64,13 @@ def s3_server() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 (bounded start-up wait, always stopped)."""
+    with running_moto() as endpoint:
+        yield endpoint
 
 
 def make_bucket(endpoint: str, bucket: str) -> None:

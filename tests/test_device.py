@@ -24,6 +24,7 @@ from chute import DataLoader
 from chute._util.buffers import plain
 from chute.frameworks import DeviceLoader, to_device
 from chute.frameworks._device import DeviceView
+from tests.datasets.conftest import Serve
 
 from .store.isolate import OK, WRONG_DATA, run_isolated
 
@@ -81,17 +82,19 @@ def test_same_batches_in_step_order_for_any_threads_and_depth(
     assert all(isinstance(v, kind) for b in got for v in b.values())
 
 
+@pytest.mark.parametrize("where", ["local", "s3"])
 @pytest.mark.parametrize("shard_records", [None, 70])
 def test_store_datasets_gather_straight_into_the_ring(
-    tmp_path: Path, shard_records: int | None
+    tmp_path: Path, shard_records: int | None, where: str, request: pytest.FixtureRequest
 ) -> None:
+    serve = Serve(None if where == "local" else request.getfixturevalue("s3_server"))
     images = np.random.default_rng(0).integers(0, 255, (N, 3, 8, 8), dtype=np.uint8)
     written = chute.write_dataset(
         tmp_path / "i.zr", images, progress=False, shard_records=shard_records
     )
     streams = {
-        "img": written,
-        "label": chute.write_dataset(tmp_path / "l.zr", np.arange(N) % 7, codec="raw"),
+        "img": serve(written),
+        "label": serve(chute.write_dataset(tmp_path / "l.zr", np.arange(N) % 7, codec="raw")),
     }
     want = _reference(12, streams=streams)
     loader = _loader(3, streams=streams)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._objects import local_path, reads_remotely
 from chute._util.progress import Progress
 from chute.datasets import _cli as sharded
 from chute.datasets import is_sharded, write_dataset
@@ -44,7 +45,9 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def _info_one(path: Path) -> dict[str, Any]:
+def _info_one(path: Path | str, options: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(path, str):
+        return sharded.remote_info(path, **options)
     if is_sharded(path):
         return sharded.info_report(path)
     with RecordStore(path, mode="r") as store:
@@ -56,7 +59,7 @@ def _info_one(path: Path) -> dict[str, Any]:
     return stats
 
 
-def _print_info(path: Path, stats: dict[str, Any]) -> None:
+def _print_info(path: Path | str, stats: dict[str, Any]) -> None:
     if "shards" in stats:
         sharded.print_info(stats)
         return
@@ -81,14 +84,11 @@ def _print_info(path: Path, stats: dict[str, Any]) -> None:
 
 
 def _info(args: argparse.Namespace) -> int:
-    return _each(args, _info_one, _print_info)
+    options = _store_options(args)
+    return _each(args, lambda p: _info_one(p, options), _print_info)
 
 
-def _verify_one(path: Path, quiet: bool) -> dict[str, Any]:
-    return sharded.verify_report(path, quiet)
-
-
-def _print_verify(path: Path, report: dict[str, Any]) -> None:
+def _print_verify(path: Path | str, report: dict[str, Any]) -> None:
     if "shards" in report:
         sharded.print_verify(report)
         return
@@ -113,13 +113,32 @@ def _print_verify(path: Path, report: dict[str, Any]) -> None:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    return _each(args, lambda p: _verify_one(p, args.quiet or args.json), _print_verify)
+    options = _store_options(args)
+    quiet = args.quiet or args.json
+    return _each(args, lambda p: sharded.verify_report(p, quiet, **options), _print_verify)
+
+
+def _store_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``-o KEY=VALUE`` options for the stores of URLs (a value is read as JSON where it is,
+    so ``-o 'client_options={"allow_http": true}'`` gives a dict), checked before any use."""
+    options: dict[str, Any] = {}
+    for item in args.option or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"-o takes KEY=VALUE, got {item!r}")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    if options and not any(reads_remotely(name) for name in args.stores):
+        raise ValueError("-o sets options of stores in object storage: no store is a URL")
+    return options
 
 
 def _each(
     args: argparse.Namespace,
-    run: Callable[[Path], dict[str, Any]],
-    show: Callable[[Path, dict[str, Any]], None],
+    run: Callable[[Path | str], dict[str, Any]],
+    show: Callable[[Path | str, dict[str, Any]], None],
 ) -> int:
     """Run a report over every path given: text with a header per store (when several), or
     one JSON list. A path that fails is reported and the others still run. Exit status: 2
@@ -127,10 +146,10 @@ def _each(
     results: list[dict[str, Any]] = []
     status = 0
     for name in args.stores:
-        path = Path(name)
+        path: Path | str = name if reads_remotely(name) else Path(local_path(name))
         try:
             result = {"path": str(path), **run(path)}
-        except (ChuteError, OSError, ValueError) as e:
+        except (ChuteError, OSError, ValueError, TypeError) as e:  # TypeError: a bad -o
             print(f"chute {args.command}: error: {path}: {e}", file=sys.stderr)
             results.append({"path": str(path), "error": str(e)})
             status = 2
@@ -184,7 +203,12 @@ def _parser() -> argparse.ArgumentParser:
         ("verify", _verify, "decode every record and check its checksum"),
     ):
         s = sub.add_parser(name, help=text)
-        s.add_argument("stores", nargs="+", metavar="store")
+        s.add_argument("stores", nargs="+", metavar="store", help="a folder or a URL")
+        s.add_argument(
+            "-o", "--option", action="append", metavar="KEY=VALUE",
+            help="a store option for URLs (region=, endpoint= ...); credentials also come "
+            "from the environment (AWS_*, GOOGLE_*, AZURE_*)",
+        )  # fmt: skip
         s.add_argument("--json", action="store_true", help="one JSON list, a report per store")
         if name == "verify":
             s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -203,6 +227,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics_cli = importlib.import_module("chute.metrics._cli")
         return int(metrics_cli.main(args_list[1:]))
     args = _parser().parse_args(args_list)
+    if args.command == "compact" and reads_remotely(args.store):
+        print(
+            f"chute compact: error: {args.store} is in object storage; compact works on a "
+            "local folder (rewrite the dataset with chute.write_dataset instead)",
+            file=sys.stderr,
+        )
+        return 2
     if args.command == "compact" and is_sharded(args.store):
         args.run = sharded.compact
     try:

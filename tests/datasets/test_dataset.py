@@ -15,6 +15,7 @@ from hypothesis.extra import numpy as hnp
 
 import chute
 from chute import CorruptStoreError, Dataset, StoreNotFoundError, write_dataset
+from tests.datasets.conftest import Serve
 
 ARRAY = np.arange(40 * 2 * 3, dtype=np.float32).reshape(40, 2, 3) / 7
 #: How each kind of dataset is written: one store, or shards of 7 records (6 shards for 40).
@@ -26,9 +27,16 @@ def kind(request: pytest.FixtureRequest) -> dict[str, Any]:
     return KINDS[request.param]
 
 
-@pytest.fixture(scope="module", params=list(KINDS))
+@pytest.fixture(
+    scope="module", params=[(k, where) for k in KINDS for where in ("local", "s3")], ids=str
+)
 def ds(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    return write_dataset(tmp_path_factory.mktemp("ds") / "a.zr", ARRAY, **KINDS[request.param])
+    """The dataset of each kind, read from its folder or through s3:// (the moto server)."""
+    kind, where = request.param
+    written = write_dataset(tmp_path_factory.mktemp("ds") / "a.zr", ARRAY, **KINDS[kind])
+    if where == "local":
+        return written
+    return Serve(request.getfixturevalue("s3_server"))(written)
 
 
 def test_metadata(ds: Dataset) -> None:
@@ -82,11 +90,14 @@ def test_out_of_range(ds: Dataset, key: object) -> None:
 
 
 @pytest.mark.parametrize("codec", ["raw", "zstd", "zstd_dict"])
-def test_write_from_mmapped_npy(tmp_path: Path, codec: str, kind: dict[str, Any]) -> None:
+def test_write_from_mmapped_npy(
+    tmp_path: Path, codec: str, kind: dict[str, Any], serve: Serve
+) -> None:
     src = (np.random.default_rng(0).random((300, 16, 16)) * 30).astype(np.uint8)
     np.save(tmp_path / "x.npy", src)
     mm = np.load(tmp_path / "x.npy", mmap_mode="r")
-    ds = write_dataset(tmp_path / "x.zr", mm, codec=codec, chunk_bytes=1000, **kind)  # many steps
+    written = write_dataset(tmp_path / "x.zr", mm, codec=codec, chunk_bytes=1000, **kind)
+    ds = serve(written)  # many steps, many chunks
     assert np.array_equal(ds[:], src)
     schema = json.loads(sorted((tmp_path / "x.zr").glob("**/schema.json"))[-1].read_text())
     assert schema == {
@@ -98,14 +109,15 @@ def test_write_from_mmapped_npy(tmp_path: Path, codec: str, kind: dict[str, Any]
     }
 
 
-def test_scalars_and_other_dtypes(tmp_path: Path, kind: dict[str, Any]) -> None:
+def test_scalars_and_other_dtypes(tmp_path: Path, kind: dict[str, Any], serve: Serve) -> None:
     labels = np.arange(100, dtype=np.int64) * -3
-    ds = write_dataset(tmp_path / "l.zr", labels, **kind)
+    ds = serve(write_dataset(tmp_path / "l.zr", labels, **kind))
     assert ds.shape == (100,) and ds[4] == -12 and ds[[1, 2]].tolist() == [-3, -6]
     big = np.arange(12, dtype=">i4").reshape(3, 4)
-    assert np.array_equal(write_dataset(tmp_path / "b.zr", big, **kind)[:], big)
-    assert write_dataset(tmp_path / "lst.zr", [[1, 2], [3, 4]], **kind)[1].tolist() == [3, 4]
-    empty = write_dataset(tmp_path / "e.zr", np.zeros((0, 3), np.int8), **kind)
+    assert np.array_equal(serve(write_dataset(tmp_path / "b.zr", big, **kind))[:], big)
+    listed = serve(write_dataset(tmp_path / "lst.zr", [[1, 2], [3, 4]], **kind))
+    assert listed[1].tolist() == [3, 4]
+    empty = serve(write_dataset(tmp_path / "e.zr", np.zeros((0, 3), np.int8), **kind))
     assert empty.shape == (0, 3) and empty[:].shape == (0, 3)
 
 
@@ -138,9 +150,9 @@ def test_schema_mismatch_is_an_error(tmp_path: Path) -> None:
         Dataset(tmp_path / "missing.zr")
 
 
-def test_verify_flag_reads_clean_data(tmp_path: Path, kind: dict[str, Any]) -> None:
+def test_verify_flag_reads_clean_data(tmp_path: Path, kind: dict[str, Any], serve: Serve) -> None:
     ds = write_dataset(tmp_path / "v.zr", ARRAY, **kind)
-    with chute.Dataset(tmp_path / "v.zr", verify=True, threads=2) as v:
+    with serve.open(chute.Dataset, tmp_path / "v.zr", verify=True, threads=2) as v:
         assert np.array_equal(v[[3, 4, 20, 39]], ARRAY[[3, 4, 20, 39]])
     ds.close()
 

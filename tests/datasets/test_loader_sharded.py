@@ -10,16 +10,22 @@ import pytest
 
 from chute import DataLoader, Dataset, RaggedDataset, write_dataset, write_ragged
 from chute.datasets import ShardedStore
+from tests.datasets.conftest import Serve
 
 N = 800
 IMAGES = np.random.default_rng(0).integers(0, 255, (N, 3, 4), dtype=np.uint8)
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Dataset, Dataset]:
+@pytest.fixture(scope="module", params=["local", "s3"])
+def pair(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Dataset, Dataset]:
+    """One store and a sharded dataset of the same images, read from their folders or through
+    s3:// (the moto server)."""
     root = tmp_path_factory.mktemp("pair")
-    return write_dataset(root / "one", IMAGES), write_dataset(
-        root / "many", IMAGES, shard_records=100
+    serve = Serve(None if request.param == "local" else request.getfixturevalue("s3_server"))
+    return serve(write_dataset(root / "one", IMAGES)), serve(
+        write_dataset(root / "many", IMAGES, shard_records=100)
     )
 
 
@@ -55,13 +61,16 @@ def test_shards_partition_the_global_batch(pair: tuple[Dataset, Dataset], count:
         assert np.array_equal(np.concatenate([p[step] for p in parts]), whole[step])
 
 
-def test_a_host_opens_only_the_shards_of_its_slice(tmp_path: Path) -> None:
+def test_a_host_opens_only_the_shards_of_its_slice(tmp_path: Path, serve: Serve) -> None:
     # 8 shards of 100; a sequential global batch of 400 split over 4 hosts: host h reads
     # records [400 s + 100 h, 400 s + 100 h + 100) at step s, so one shard per step
     write_dataset(tmp_path / "d", IMAGES, shard_records=100).close()
     write_ragged(tmp_path / "l", [np.arange(i % 3) for i in range(N)], shard_records=100).close()
     for host in range(4):
-        streams = {"x": Dataset(tmp_path / "d"), "y": RaggedDataset(tmp_path / "l")}
+        streams = {
+            "x": serve.open(Dataset, tmp_path / "d"),
+            "y": serve.open(RaggedDataset, tmp_path / "l"),
+        }
         with DataLoader(streams, 400, "sequential", shard=(host, 4), prefetch=1) as dl:
             batches = [next(dl) for _ in range(3)]  # steps 0, 1, 2
         assert np.array_equal(batches[1]["x"], IMAGES[400 + 100 * host : 500 + 100 * host])

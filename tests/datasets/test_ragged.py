@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import chute
 from chute import DataLoader, RaggedDataset, pad, write_ragged
+from tests.datasets.conftest import Serve
 
 #: One store, or shards of 7 records.
 KINDS: dict[str, dict[str, Any]] = {"single": {}, "sharded": {"shard_records": 7}}
@@ -43,10 +44,10 @@ def _check_packed(packed: Any, expected: list[np.ndarray]) -> None:
 @pytest.mark.parametrize("codec", ["zstd", "raw", "zstd_dict"])
 @pytest.mark.parametrize("tail", [(), (3,), (2, 2)])
 def test_round_trip(
-    tmp_path: Path, codec: str, tail: tuple[int, ...], kind: dict[str, Any]
+    tmp_path: Path, codec: str, tail: tuple[int, ...], kind: dict[str, Any], serve: Serve
 ) -> None:
     seqs = _seqs(40, tail=tail)
-    ds = write_ragged(tmp_path / "r.zr", seqs, codec=codec, chunk_bytes=500, **kind)
+    ds = serve(write_ragged(tmp_path / "r.zr", seqs, codec=codec, chunk_bytes=500, **kind))
     assert len(ds) == 40 and ds.dtype == np.int32 and ds.item_shape == tail
     idx = [5, 0, 39, 5]
     _check_packed(ds[idx], [seqs[i] for i in idx])
@@ -58,9 +59,11 @@ def test_round_trip(
     ds.close()
 
 
-def test_empty_records_and_empty_batches(tmp_path: Path, kind: dict[str, Any]) -> None:
+def test_empty_records_and_empty_batches(
+    tmp_path: Path, kind: dict[str, Any], serve: Serve
+) -> None:
     seqs = [np.arange(3.0), np.zeros(0), np.arange(2.0)]
-    ds = write_ragged(tmp_path / "r.zr", seqs, **({"shard_records": 2} if kind else {}))
+    ds = serve(write_ragged(tmp_path / "r.zr", seqs, **({"shard_records": 2} if kind else {})))
     _check_packed(ds[[1, 0, 1, 2]], [seqs[1], seqs[0], seqs[1], seqs[2]])
     values, splits = ds[[]]
     assert values.shape == (0,) and splits.tolist() == [0]
@@ -100,9 +103,11 @@ def test_pad_keeps_every_row(rows: list[list[int]]) -> None:
         assert (padded[i, len(r) :] == 999).all()
 
 
-def test_getitems_padded_matches_gather_then_pad(tmp_path: Path, kind: dict[str, Any]) -> None:
+def test_getitems_padded_matches_gather_then_pad(
+    tmp_path: Path, kind: dict[str, Any], serve: Serve
+) -> None:
     seqs = _seqs(10, tail=(3,))
-    ds = write_ragged(tmp_path / "r.zr", seqs, **kind)
+    ds = serve(write_ragged(tmp_path / "r.zr", seqs, **kind))
     fused = ds.getitems_padded([4, 1, 7], max_len=40, pad_value=-5)
     separate = pad(*ds[[4, 1, 7]], max_len=40, pad_value=-5)
     np.testing.assert_array_equal(fused[0], separate[0])
@@ -149,10 +154,12 @@ def test_schema_matches_loaderx(tmp_path: Path) -> None:
     assert ours == theirs
 
 
-def test_loader_over_ragged_and_fixed_streams(tmp_path: Path, kind: dict[str, Any]) -> None:
+def test_loader_over_ragged_and_fixed_streams(
+    tmp_path: Path, kind: dict[str, Any], serve: Serve
+) -> None:
     seqs = _seqs(50)
-    tokens = write_ragged(tmp_path / "tok.zr", seqs, **kind)
-    labels = chute.write_dataset(tmp_path / "lab.zr", np.arange(50, dtype=np.int32), **kind)
+    tokens = serve(write_ragged(tmp_path / "tok.zr", seqs, **kind))
+    labels = serve(chute.write_dataset(tmp_path / "lab.zr", np.arange(50, dtype=np.int32), **kind))
 
     def collate(batch: dict[str, Any]) -> dict[str, Any]:
         padded, lengths = pad(*batch["tokens"], max_len=32)
@@ -255,9 +262,11 @@ def test_loader_reads_loaderx_datasets_as_streams(tmp_path: Path) -> None:
     _check_packed(batch["tokens"], seqs[:4])
 
 
-def test_bytes_records_are_uint8_rows_byte_for_byte(tmp_path: Path, kind: dict[str, Any]) -> None:
+def test_bytes_records_are_uint8_rows_byte_for_byte(
+    tmp_path: Path, kind: dict[str, Any], serve: Serve
+) -> None:
     blobs = [b"\x00a\x00", bytearray(b""), memoryview(b"\x00\x00")]
-    with write_ragged(tmp_path / "b", blobs, **kind) as ds:
+    with serve(write_ragged(tmp_path / "b", blobs, **kind)) as ds:
         assert ds.dtype == np.uint8 and ds.item_shape == ()
         assert [ds[i].tobytes() for i in range(len(ds))] == [bytes(b) for b in blobs]
         assert ds.lengths([0, 1, 2]).tolist() == [3, 0, 2]

@@ -23,6 +23,7 @@ from chute import (
 )
 from chute.cli import main as cli
 from chute.datasets import ShardedStore, is_sharded, read_manifest
+from tests.datasets.conftest import Serve
 
 ROWS = (np.arange(103 * 4, dtype=np.int32).reshape(103, 4) * 7) % 1000
 
@@ -54,8 +55,8 @@ def test_layout_and_manifest_bytes(sharded: Path) -> None:
         assert np.array_equal(Dataset(part)[:], ROWS[10 * i : 10 * i + 10])
 
 
-def test_batch_spanning_shards_is_one_gather_per_touched_shard(sharded: Path) -> None:
-    ds = Dataset(sharded)
+def test_batch_spanning_shards_is_one_gather_per_touched_shard(sharded: Path, serve: Serve) -> None:
+    ds = serve.open(Dataset, sharded)
     store = ds.store
     assert isinstance(store, ShardedStore) and store.opened_shards == ()
     idx = [95, 3, 102, 11, 3, 19, 20, 9, 10]
@@ -67,10 +68,10 @@ def test_batch_spanning_shards_is_one_gather_per_touched_shard(sharded: Path) ->
     assert np.array_equal(ds[::-1], ROWS[::-1]) and ds[-1].tolist() == ROWS[-1].tolist()
 
 
-def test_ragged_sharded_packs_in_caller_order(tmp_path: Path) -> None:
+def test_ragged_sharded_packs_in_caller_order(tmp_path: Path, serve: Serve) -> None:
     rng = np.random.default_rng(1)
     seqs = [rng.integers(0, 99, (int(rng.integers(0, 9)), 2)).astype(np.int16) for _ in range(57)]
-    ds = write_ragged(tmp_path / "r", seqs, shard_records=8)
+    ds = serve(write_ragged(tmp_path / "r", seqs, shard_records=8))
     idx = [56, 0, 8, 7, 33, 33, 16]
     values, splits = ds[idx]
     for k, i in enumerate(idx):
@@ -122,10 +123,10 @@ def test_interrupted_write_is_incomplete(tmp_path: Path) -> None:
         RaggedDataset(tmp_path / "r")
 
 
-def test_shard_shorter_than_manifest_is_damage(sharded: Path) -> None:
+def test_shard_shorter_than_manifest_is_damage(sharded: Path, serve: Serve) -> None:
     with RecordStore(sharded / "part-00004.zr", mode="a") as store:
         store.delete([9])
-    ds = Dataset(sharded)
+    ds = serve.open(Dataset, sharded)
     assert len(ds) == 103 and np.array_equal(ds[:40], ROWS[:40])  # other shards still read
     with pytest.raises(CorruptStoreError, match="holds 9 records, the manifest says 10"):
         ds[45]
@@ -133,18 +134,18 @@ def test_shard_shorter_than_manifest_is_damage(sharded: Path) -> None:
 
 
 def test_longer_inner_shard_is_damage_longer_last_shard_is_an_unfinished_append(
-    sharded: Path,
+    sharded: Path, serve: Serve
 ) -> None:
     with RecordStore(sharded / "part-00010.zr", mode="a") as store:
         store.append(np.zeros((2, 16), np.uint8))
-    ds = Dataset(sharded)
+    ds = serve.open(Dataset, sharded)
     assert len(ds) == 103 and np.array_equal(ds[95:], ROWS[95:])
     with pytest.raises(IndexError):
         ds[103]
     with RecordStore(sharded / "part-00003.zr", mode="a") as store:
         store.append(np.zeros((1, 16), np.uint8))
     with pytest.raises(CorruptStoreError, match="holds 11 records"):
-        Dataset(sharded)[30]
+        serve.open(Dataset, sharded)[30]
 
 
 def test_missing_shard_and_tampered_manifest(sharded: Path, tmp_path: Path) -> None:
@@ -235,16 +236,16 @@ def test_cli_info_verify_compact(sharded: Path, capsys: pytest.CaptureFixture[st
 
 @pytest.mark.parametrize("threads", [1, 2, 5])
 def test_threads_give_the_same_batches_and_errors_wait_for_every_shard(
-    sharded: Path, threads: int
+    sharded: Path, threads: int, serve: Serve
 ) -> None:
     idx = np.random.default_rng(threads).integers(0, 103, 500)
-    with Dataset(sharded, threads=threads) as ds:
+    with serve.open(Dataset, sharded, threads=threads) as ds:
         assert np.array_equal(ds[idx], ROWS[idx])
     chunk = sharded / "part-00006.zr" / "0.zr"
     data = bytearray(chunk.read_bytes())
     data[5] ^= 0xFF
     chunk.write_bytes(bytes(data))
-    with Dataset(sharded, threads=threads, verify=True) as ds:
+    with serve.open(Dataset, sharded, threads=threads, verify=True) as ds:
         with pytest.raises(CorruptStoreError, match="part-00006"):
             ds[idx]
         assert np.array_equal(ds[idx[idx < 60]], ROWS[idx[idx < 60]])  # the others still read

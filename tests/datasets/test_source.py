@@ -15,16 +15,17 @@ from chute import RecordStore
 from chute.cli import main as cli
 from chute.datasets import RecordSource, ShardedStore
 from chute.errors import ChuteError, RecordIndexError
+from tests.datasets.conftest import Serve
 
 ROWS = np.arange(40, dtype=np.int32).reshape(10, 4)
 
 
 @pytest.fixture(params=["one", "sharded"])
-def source(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+def source(request: pytest.FixtureRequest, tmp_path: Path, serve: Serve) -> Any:
     sharded = request.param == "sharded"
     path = tmp_path / "d"
     chute.write_dataset(path, ROWS, **({"shard_records": 4} if sharded else {})).close()
-    opened = ShardedStore(path) if sharded else RecordStore(path)
+    opened = serve.open(ShardedStore if sharded else RecordStore, path)
     yield opened
     opened.close()
 
@@ -61,7 +62,7 @@ def test_a_sharded_verify_reports_a_shard_it_cannot_read_and_checks_the_rest(
     assert cli(["verify", "-q", str(path)]) == 1
 
 
-def _entry_points(tmp_path: Path) -> dict[str, Callable[[Any], object]]:
+def _entry_points(tmp_path: Path, serve: Serve) -> dict[str, Callable[[Any], object]]:
     one, many = tmp_path / "one", tmp_path / "many"
     chute.write_dataset(one, ROWS).close()
     chute.write_dataset(many, ROWS, shard_records=4).close()
@@ -70,7 +71,7 @@ def _entry_points(tmp_path: Path) -> dict[str, Callable[[Any], object]]:
     chute.write_ragged(tmp_path / "r2", seqs, shard_records=4).close()
     points: dict[str, Callable[[Any], object]] = {}
     for name, path in (("store", one), ("sharded", many)):
-        store = RecordStore(path) if name == "store" else ShardedStore(path)
+        store = serve.open(RecordStore if name == "store" else ShardedStore, path)
         points |= {
             f"{name}.gather": lambda i, s=store: s.gather(i, np.empty((len(i), 16), np.uint8)),
             f"{name}.gather(out=None)": lambda i, s=store: s.gather(i),
@@ -84,7 +85,7 @@ def _entry_points(tmp_path: Path) -> dict[str, Callable[[Any], object]]:
     writable.append([b"a", b"b"])
     points["store.delete"] = lambda i: writable.delete(i)
     for name, path in (("one", one), ("sharded", many)):
-        ds = chute.Dataset(path)
+        ds = serve.open(chute.Dataset, path)
         points |= {
             f"Dataset({name})[list]": lambda i, d=ds: d[i],
             f"Dataset({name})[int]": lambda i, d=ds: d[int(i[-1])],
@@ -95,7 +96,7 @@ def _entry_points(tmp_path: Path) -> dict[str, Callable[[Any], object]]:
             f"Dataset({name})[mask]": lambda i, d=ds: d[np.ones(len(i) + 20, bool)],
         }
     for name in ("r1", "r2"):
-        rd = chute.RaggedDataset(tmp_path / name)
+        rd = serve.open(chute.RaggedDataset, tmp_path / name)
         points |= {
             f"RaggedDataset({name})[list]": lambda i, d=rd: d[i],
             f"RaggedDataset({name})[int]": lambda i, d=rd: d[int(i[-1])],
@@ -107,10 +108,10 @@ def _entry_points(tmp_path: Path) -> dict[str, Callable[[Any], object]]:
 
 @pytest.mark.parametrize("bad", [[0, 10], [99], [-11]])
 def test_a_wrong_index_is_the_same_error_from_every_entry_point(
-    tmp_path: Path, bad: list[int]
+    tmp_path: Path, bad: list[int], serve: Serve
 ) -> None:
     wrong: dict[str, str] = {}
-    for name, call in _entry_points(tmp_path).items():
+    for name, call in _entry_points(tmp_path, serve).items():
         try:
             call(np.array(bad))
         except RecordIndexError as e:

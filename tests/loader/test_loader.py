@@ -288,15 +288,23 @@ def test_foreign_state_is_refused() -> None:
         assert other.step == 0
 
 
-def test_interpreter_exit_with_open_stores_mid_gather(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_interpreter_exit_with_open_stores_mid_gather(
+    tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
     import chute
+    from tests.objects.remote import to_s3
 
     chute.write_dataset(tmp_path / "x.zr", np.arange(4000 * 64, dtype=np.int64).reshape(4000, 64))
     chute.write_ragged(tmp_path / "r.zr", [np.arange(i % 50) for i in range(4000)]).close()
+    x, r, options = str(tmp_path / "x.zr"), str(tmp_path / "r.zr"), {}
+    if where == "s3":  # the same data read by URL: requests in flight at exit
+        endpoint = request.getfixturevalue("s3_server")
+        (x, options), (r, _) = to_s3(x, endpoint), to_s3(r, endpoint)
     code = f"""
 import chute
-x = chute.Dataset({str(tmp_path / "x.zr")!r})
-r = chute.RaggedDataset({str(tmp_path / "r.zr")!r})
+x = chute.Dataset({x!r}, **{options!r})
+r = chute.RaggedDataset({r!r}, **{options!r})
 dl = chute.DataLoader({{"x": x, "r": r}}, batch_size=512, num_threads=4, prefetch=16)
 next(dl)
 print("done")

@@ -6,6 +6,7 @@ from chute._native import _sampler as sampler_codes  # MODE_* sampler mode codes
 from chute._native import _zrecord as codes  # GE_* gather error codes, MAX_RECORD
 from chute._native._sampler import fill, fill_window
 from chute._native._zrecord import (
+    chunks_from_buffers,
     compress,
     crc32c,
     gather,
@@ -21,6 +22,7 @@ from chute._native._zrecord import (
 )
 
 __all__ = [
+    "chunks_from_buffers",
     "codes",
     "compress",
     "crc32c",

@@ -103,24 +103,65 @@ static PyObject *train_dict(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* Chunk files mapped read-only, each over the format's 4 GiB span so a file that grows needs
- * no remap. Reads stay inside each chunk's validated limit, so they never touch a page past
- * the end of its file. */
+/* The chunks a gather reads: chunk files mapped read-only, each over the format's 4 GiB span
+ * so a file that grows needs no remap (reads stay inside each chunk's validated limit, so they
+ * never touch a page past the end of its file); or Python buffers the capsule holds (bytes a
+ * remote read fetched), each as long as it is. `sizes` is each chunk's real extent: a gather
+ * refuses a limit past it, so no table can make it read outside a buffer. */
 #define CHUNKS_CAPSULE "chute.chunk_maps"
 #define CHUNK_SPAN ((size_t)1 << 32)
 
 typedef struct {
     size_t n;
     uint8_t **bases;
+    uint64_t *sizes;
+    Py_buffer *views; /* NULL for mapped files; else one held view per chunk */
 } chunk_maps;
 
 static void chunks_free(PyObject *cap) {
     chunk_maps *m = PyCapsule_GetPointer(cap, CHUNKS_CAPSULE);
     if (!m) return;
-    for (size_t i = 0; i < m->n; i++)
-        if (m->bases[i]) munmap(m->bases[i], CHUNK_SPAN);
+    for (size_t i = 0; i < m->n; i++) {
+        if (m->views)
+            PyBuffer_Release(&m->views[i]);
+        else if (m->bases[i])
+            munmap(m->bases[i], CHUNK_SPAN);
+    }
     free(m->bases);
+    free(m->sizes);
+    free(m->views);
     free(m);
+}
+
+/* An empty chunk list for n chunks (with room for n held views when `buffers`), in a capsule
+ * that frees it; NULL with an exception set on failure. */
+static PyObject *new_chunks(Py_ssize_t n, int buffers, chunk_maps **out) {
+    size_t count = (size_t)(n ? n : 1);
+    chunk_maps *m = calloc(1, sizeof *m);
+    if (m) {
+        m->bases = calloc(count, sizeof *m->bases);
+        m->sizes = calloc(count, sizeof *m->sizes);
+        if (buffers) m->views = calloc(count, sizeof *m->views);
+    }
+    if (!m || !m->bases || !m->sizes || (buffers && !m->views)) {
+        if (m) {
+            free(m->bases);
+            free(m->sizes);
+            free(m->views);
+        }
+        free(m);
+        return PyErr_NoMemory();
+    }
+    PyObject *cap = PyCapsule_New(m, CHUNKS_CAPSULE, chunks_free);
+    if (!cap) {
+        free(m->bases);
+        free(m->sizes);
+        free(m->views);
+        free(m);
+        return NULL;
+    }
+    *out = m;
+    return cap;
 }
 
 static PyObject *map_chunks(PyObject *self, PyObject *args) {
@@ -129,17 +170,9 @@ static PyObject *map_chunks(PyObject *self, PyObject *args) {
     PyObject *fast = PySequence_Fast(seq, "map_chunks takes a sequence of file descriptors");
     if (!fast) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    chunk_maps *m = calloc(1, sizeof *m);
-    if (m) m->bases = calloc((size_t)(n ? n : 1), sizeof *m->bases);
-    if (!m || !m->bases) {
-        free(m);
-        Py_DECREF(fast);
-        return PyErr_NoMemory();
-    }
-    PyObject *cap = PyCapsule_New(m, CHUNKS_CAPSULE, chunks_free);
+    chunk_maps *m = NULL;
+    PyObject *cap = new_chunks(n, 0, &m);
     if (!cap) {
-        free(m->bases);
-        free(m);
         Py_DECREF(fast);
         return NULL;
     }
@@ -152,7 +185,57 @@ static PyObject *map_chunks(PyObject *self, PyObject *args) {
             goto fail;
         }
         m->bases[i] = p;
+        m->sizes[i] = CHUNK_SPAN;
         m->n = (size_t)i + 1;
+    }
+    Py_DECREF(fast);
+    return cap;
+fail:
+    Py_DECREF(fast);
+    Py_DECREF(cap);
+    return NULL;
+}
+
+static int plain_format(const char *f);
+
+/* chunks_from_buffers(buffers): chunks over Python buffers (bytes, numpy arrays, obstore's
+ * Bytes), held until the capsule dies, so the memory cannot move or go while a gather reads
+ * it. Each must be C-contiguous plain bytes; it is only ever read. */
+static PyObject *chunks_from_buffers(PyObject *self, PyObject *args) {
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "O", &seq)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "chunks_from_buffers takes a sequence of buffers");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    chunk_maps *m = NULL;
+    PyObject *cap = n > 0xFFFF + 1
+                        ? PyErr_Format(PyExc_ValueError, "%zd chunks: a table names at most 65536", n)
+                        : new_chunks(n, 1, &m);
+    if (!cap) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_buffer *v = &m->views[i];
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, i), v,
+                               PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            if (PyErr_ExceptionMatches(PyExc_BufferError) ||
+                PyErr_ExceptionMatches(PyExc_ValueError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError, "chunk %zd is not a C-contiguous buffer", i);
+            }
+            goto fail;
+        }
+        m->n = (size_t)i + 1; /* held: released by the capsule from here on */
+        if (!plain_format(v->format)) {
+            PyErr_Format(PyExc_TypeError,
+                         "chunk %zd has buffer format '%s', which holds Python objects or "
+                         "pointers: chunks are plain bytes",
+                         i, v->format);
+            goto fail;
+        }
+        m->bases[i] = v->buf;
+        m->sizes[i] = (uint64_t)v->len;
     }
     Py_DECREF(fast);
     return cap;
@@ -224,6 +307,15 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     if ((size_t)limits.len < maps->n * sizeof(uint64_t)) {
         PyErr_SetString(PyExc_ValueError, "limits shorter than the chunk list");
         goto done;
+    }
+    for (size_t c = 0; c < maps->n; c++) {
+        uint64_t limit = ((const uint64_t *)limits.buf)[c];
+        if (limit > maps->sizes[c]) {
+            PyErr_Format(PyExc_ValueError,
+                         "the limit of chunk %zu (%llu bytes) is past its end (%llu bytes)", c,
+                         (unsigned long long)limit, (unsigned long long)maps->sizes[c]);
+            goto done;
+        }
     }
     a.table = table.buf;
     a.length = (uint64_t)table.len / sizeof(zr_loc);
@@ -461,6 +553,8 @@ static PyObject *crc32c(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Decode records into a caller buffer across cores."},
     {"map_chunks", map_chunks, METH_VARARGS, "Map chunk files read-only for gather."},
+    {"chunks_from_buffers", chunks_from_buffers, METH_VARARGS,
+     "Hold Python buffers as the chunks of a gather."},
     {"compress", compress, METH_VARARGS, "Compress a batch of records across cores."},
     {"train_dict", train_dict, METH_VARARGS, "Train a zstd dictionary on sample records."},
     {"make_cdict", make_cdict, METH_VARARGS, "Digest a dictionary for compression."},

@@ -108,6 +108,36 @@ def is_remote_url(url: object) -> bool:
     return scheme is not None and scheme != "file"
 
 
+def is_store_instance(url: object) -> bool:
+    """Whether ``url`` is an obstore store instance (a ``MemoryStore``, an ``S3Store`` ...).
+
+    >>> from obstore.store import MemoryStore
+    >>> is_store_instance(MemoryStore()), is_store_instance("s3://b/p")
+    (True, False)
+    """
+    return not isinstance(url, (str, os.PathLike)) and "obstore" in type(url).__module__
+
+
+def reads_remotely(url: object) -> bool:
+    """Whether a dataset at ``url`` is read through obstore: a URL of object storage or a web
+    server, or an obstore store instance (not a local path, not ``file://``).
+
+    >>> reads_remotely("gs://b/p"), reads_remotely("file:///tmp/x"), reads_remotely("/tmp")
+    (True, False, False)
+    """
+    return is_remote_url(url) or is_store_instance(url)
+
+
+def local_path(path: str | os.PathLike[str]) -> str:
+    """The local path ``path`` names: a ``file://`` URL's path, any other path as given.
+
+    >>> local_path("file:///tmp/data"), local_path("relative/dir")
+    ('/tmp/data', 'relative/dir')
+    """
+    text = os.fspath(path)
+    return urlparse(text).path if scheme_of(text) == "file" else text
+
+
 def options_for(url: object) -> frozenset[str]:
     """The keyword options the store of ``url`` takes (none for a local path)."""
     return _OPTIONS.get(scheme_of(url) or "", frozenset())
@@ -157,7 +187,7 @@ def open_location(url: str | os.PathLike[str] | Any, **options: Any) -> Location
     if not isinstance(url, (str, os.PathLike)):
         if options:
             raise TypeError(f"store options {sorted(options)} given with a store instance")
-        if "obstore" not in type(url).__module__:
+        if not is_store_instance(url):
             raise TypeError(f"expected a URL, a path or an obstore store, got {type(url).__name__}")
         return Location(repr(url), "memory", url, None, True)
     text = os.fspath(url)

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from chute._util.progress import Progress
+from chute.datasets._folders import RemoteFolder
 from chute.datasets._schema import RecordSchema
 from chute.datasets._sharded_manifest import read_manifest
 from chute.datasets._sharded_store import ShardedStore, open_source
 from chute.datasets._sharded_write import recover, writer_lock
+from chute.errors import ChuteError
 from chute.store import RecordStore
 from chute.store._internal import VerifyReport
 
@@ -22,14 +24,34 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.2f} MiB"
 
 
-def info_report(path: Path) -> dict[str, Any]:
+def info_report(path: Any, **store_options: Any) -> dict[str, Any]:
     """`RecordStore.stats` summed over the shards, with each shard's own and the schema."""
-    with ShardedStore(path) as store:
+    return _sharded_info(ShardedStore(path, **store_options))
+
+
+def _sharded_info(store: ShardedStore) -> dict[str, Any]:
+    with store:
         m = store.manifest
         stats = store.stats()
     stats["schema"] = schema_report(m.schema)
     stats["shard_records"] = m.shard_records
     stats["shard_names"] = [name for name, _ in m.shards]
+    return stats
+
+
+def remote_info(url: str, **store_options: Any) -> dict[str, Any]:
+    """``chute info`` of a dataset at a URL: a sharded one's report, or one store's stats
+    and schema (None where it has no schema.json: a plain record store)."""
+    folder = RemoteFolder.open(url, store_options, "chute info")
+    if folder.sharded:
+        return _sharded_info(ShardedStore.over(folder, verify=False, num_threads=None))
+    try:
+        schema: dict[str, Any] | None = schema_report(folder.schema())
+    except ChuteError:
+        schema = None
+    with folder.store(verify=False, num_threads=None) as store:
+        stats = store.stats()
+    stats["schema"] = schema
     return stats
 
 
@@ -57,13 +79,15 @@ def print_info(stats: dict[str, Any]) -> None:
     print(f"checksums: {'yes' if stats['has_checksums'] else 'no (written by another tool)'}")
 
 
-def verify_report(path: Path, quiet: bool) -> dict[str, Any]:
-    """Verify the store or sharded dataset at ``path`` through its `RecordSource`; damage
-    never stops it. A damaged record is named by its index (and, in a sharded dataset, its
-    shard and index there); a shard that could not be verified at all, by its name."""
+def verify_report(path: Any, quiet: bool, **store_options: Any) -> dict[str, Any]:
+    """Verify the store or sharded dataset at ``path`` (a folder or a URL) through its
+    `RecordSource`; damage never stops it. A damaged record is named by its index (and, in a
+    sharded dataset, its shard and index there); a shard that could not be verified at all,
+    by its name."""
+    name = path.name if isinstance(path, Path) else str(path).rstrip("/").rsplit("/", 1)[-1]
     with (
-        contextlib.closing(open_source(path)) as source,
-        Progress(None, f"verify {path.name}", show=not quiet) as bar,
+        contextlib.closing(open_source(path, **store_options)) as source,
+        Progress(None, f"verify {name}", show=not quiet) as bar,
     ):
         report = source.verify(progress=bar.callback())
         # a shard without checksums is damage (chute always writes them): it is reported

@@ -98,9 +98,14 @@ class RaggedDataset(StoreView):
 
     @legacy_arguments(renamed={"threads": "num_threads"})
     def __init__(
-        self, path: str | os.PathLike[str], *, verify: bool = False, num_threads: int | None = None
+        self,
+        path: str | os.PathLike[str] | Any,
+        *,
+        verify: bool = False,
+        num_threads: int | None = None,
+        **store_options: Any,
     ) -> None:
-        super().__init__(path, verify=verify, num_threads=num_threads)
+        super().__init__(path, verify=verify, num_threads=num_threads, **store_options)
         self._row_bytes = self._dtype.itemsize * math.prod(self._item_shape)
         if self._row_bytes == 0:
             self.close()

@@ -94,16 +94,28 @@ class RecordSchema:
                 "chute.write_dataset or write_ragged); convert an array with write_dataset"
             )
         try:
-            doc = json.loads(read_regular(file, path, MAX_SCHEMA_BYTES))
+            raw = read_regular(file, path, MAX_SCHEMA_BYTES)
         except FileNotFoundError:
             if not path.exists():
                 raise StoreNotFoundError(f"no dataset at {path}: the path does not exist") from None
             raise StoreNotFoundError(f"{path} has no schema.json: not a dataset") from None
+        return cls.parse(raw, str(file))
+
+    @classmethod
+    def parse(cls, raw: bytes, where: str) -> RecordSchema:
+        """schema.json's bytes (read from a folder or from object storage), checked; ``where``
+        names the file in every error.
+
+        >>> RecordSchema.parse(b'{"dtype": "<i8", "shape": [2]}', "x").item_shape
+        (2,)
+        """
+        try:
+            doc = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
-            raise CorruptStoreError(f"{file} is not valid JSON: {e}") from None
+            raise CorruptStoreError(f"{where} is not valid JSON: {e}") from None
         except RecursionError:
-            raise CorruptStoreError(f"{file} nests deeper than a schema does") from None
-        return cls.from_fields(doc, str(file))
+            raise CorruptStoreError(f"{where} nests deeper than a schema does") from None
+        return cls.from_fields(doc, where)
 
     @classmethod
     def from_fields(cls, doc: Any, where: str) -> RecordSchema:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,21 +19,21 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from chute._objects import local_path, reads_remotely
 from chute._util.checks import check_optional_int
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
 from chute._util.renamed import call_threads, legacy_arguments
-from chute._util.safe_open import inside
 from chute._util.waiting import wait_all
+from chute.datasets._folders import Folder, RemoteFolder, open_folder
 from chute.datasets._schema import RecordSchema
-from chute.datasets._sharded_manifest import Manifest, is_sharded, read_manifest
+from chute.datasets._sharded_manifest import Manifest, is_sharded
 from chute.datasets._source import RecordSource
 from chute.errors import ChuteError, CorruptStoreError, StoreChangedError, StoreClosedError
 from chute.store import RecordStore
 from chute.store._internal import (
     IndexLike,
     PartReport,
-    StoreFiles,
     VerifyReport,
     as_indices,
     check_indices,
@@ -63,18 +63,30 @@ class ShardedStore(Closing):
 
     @legacy_arguments(renamed={"threads": "num_threads"})
     def __init__(
-        self, path: str | os.PathLike[str], *, verify: bool = False, num_threads: int | None = None
+        self,
+        path: Any,
+        *,
+        verify: bool = False,
+        num_threads: int | None = None,
+        **store_options: Any,
     ) -> None:
-        self._path = Path(path)
-        # gen.chute before the manifest: an overwrite removes the manifest before it raises
-        # the generation, so a manifest read after this is of this generation or later
-        self._gen = StoreFiles(self._path, writable=False)  # used for its gen.chute alone
-        self._generation = self._gen.generation()
-        self._folder = _identity(self._path)  # a folder renamed over this one is another
+        self._setup(open_folder(path, store_options, "ShardedStore"), verify, num_threads)
+
+    @classmethod
+    def over(cls, folder: Folder, *, verify: bool, num_threads: int | None) -> ShardedStore:
+        """The dataset in ``folder`` (opened already: a URL's is read to tell what it holds)."""
+        store = object.__new__(cls)
+        store._setup(folder, verify, num_threads)
+        return store
+
+    def _setup(self, folder: Folder, verify: bool, num_threads: int | None) -> None:
+        self._dir = folder
+        self._path = folder.path
+        self._closed = True
         try:
-            self._manifest = read_manifest(self._path)
+            self._manifest = folder.manifest()
         except BaseException:
-            self._gen.close()
+            folder.close()
             raise
         self._starts = self._manifest.starts()
         self._length = int(self._starts[-1])
@@ -92,7 +104,8 @@ class ShardedStore(Closing):
         self._closed = False
 
     @property
-    def path(self) -> Path:
+    def path(self) -> Path | str:
+        """The dataset's folder, or its URL."""
         return self._path
 
     @property
@@ -129,6 +142,7 @@ class ShardedStore(Closing):
 
     @property
     def has_checksums(self) -> bool:
+        self._open_shards(range(len(self._stores)))
         return all(self.shard(i).has_checksums for i in range(len(self._stores)))
 
     def __len__(self) -> int:
@@ -142,33 +156,35 @@ class ShardedStore(Closing):
         store = self._stores[i]
         if store is not None:
             return store
-        with self._lock:
+        opened = self._guarded(lambda: self._open_shard(i))
+        with self._lock:  # opened outside the lock, so shards open side by side
             store = self._stores[i]
             if store is None:
-                store = self._guarded(lambda: self._open_shard(i))
-                self._stores[i] = store
+                self._stores[i] = opened
+                return opened
+        opened.close()  # another thread opened it first
         return store
+
+    def _open_shards(self, shards: Iterable[int]) -> None:
+        """Open the shards of ``shards`` not open yet, side by side where the folder reads
+        over the network (a batch may touch many shards never read before)."""
+        todo = [s for s in shards if self._stores[s] is None]
+        if len(todo) > 1:
+            self._dir.map(self.shard, todo)
 
     def _open_shard(self, i: int) -> RecordStore:
         name, want = self._manifest.shards[i]
-        where = self._path / name
-        inside(where, self._path)  # it may have become a link out since the manifest was read
-        if _identity(self._path) != self._folder:
-            raise StoreChangedError(
-                f"{self._path} is another folder than this reader opened (one was renamed over "
-                "it): its shards belong to another dataset; reopen the dataset"
-            )
-        if not RecordSchema.read(where).same_records(self._manifest.schema):
-            raise CorruptStoreError(f"{where}/schema.json disagrees with the dataset's manifest")
-        store = RecordStore(where, mode="r", verify=self._verify, num_threads=self._threads)
+        store = self._dir.open_shard(
+            name, self._manifest.schema, verify=self._verify, num_threads=self._threads
+        )
         have = len(store)
         # The last shard may hold more: an append committed records to it and stopped before
         # the manifest (the commit point) was rewritten. Those records are not the dataset's.
         if have < want or (have > want and i != len(self._stores) - 1):
             store.close()
             raise CorruptStoreError(
-                f"{where} holds {have} records, the manifest says {want}: the dataset is damaged "
-                "or was changed by hand"
+                f"{store.path} holds {have} records, the manifest says {want}: the dataset is "
+                "damaged or was changed by hand"
             )
         self._uniform[i] = _uniform_size(store, want)
         return store
@@ -178,7 +194,7 @@ class ShardedStore(Closing):
             raise StoreClosedError(f"the dataset at {self._path} is closed")
 
     def _check_changed(self) -> None:
-        if self._gen.generation() != self._generation:
+        if self._dir.changed():
             raise StoreChangedError(
                 f"{self._path} was overwritten since this reader opened it (its shards may "
                 "hold another dataset now): reopen the dataset"
@@ -207,6 +223,8 @@ class ShardedStore(Closing):
             return
         shard = np.searchsorted(self._starts, idx, side="right") - 1
         first, last = int(shard.min()), int(shard.max())
+        if first != last:
+            self._open_shards(np.unique(shard).tolist())
         if first == last:
             yield first, self.shard(first), np.arange(idx.size), idx - self._starts[first]
             return
@@ -336,7 +354,8 @@ class ShardedStore(Closing):
         the cores are never oversubscribed. Waits for all before raising the first error."""
         for s, *_ in parts:
             self._count(s)
-        groups = min(threads, self._threads, len(parts))
+        # reads over the network wait more than they decode: more shards at once
+        groups = min(max(min(threads, self._threads), self._dir.fanout), len(parts))
         share = max(1, threads // max(groups, 1))
         if groups <= 1:
             for _, store, pos, local in parts:
@@ -357,13 +376,14 @@ class ShardedStore(Closing):
             # its threads: it starts its own
             if self._executor is None or self._executor_pid != os.getpid():
                 self._executor = ThreadPoolExecutor(
-                    self._threads - 1, thread_name_prefix="chute-shards"
+                    max(self._threads, self._dir.fanout) - 1, thread_name_prefix="chute-shards"
                 )
                 self._executor_pid = os.getpid()
             return self._executor
 
     def stats(self) -> dict[str, Any]:
         """The shards' `RecordStore.stats` summed, plus ``shards``: each one's own."""
+        self._open_shards(range(len(self._stores)))
         per = self._guarded(lambda: [self.shard(i).stats() for i in range(len(self._stores))])
         total: dict[str, Any] = {
             key: sum(s[key] for s in per)
@@ -432,7 +452,7 @@ class ShardedStore(Closing):
         for store in self._stores:
             if store is not None:
                 store.close()
-        self._gen.close()
+        self._dir.close()
 
     def __repr__(self) -> str:
         return (
@@ -440,15 +460,15 @@ class ShardedStore(Closing):
         )
 
 
-def open_source(path: Path) -> RecordSource:
-    """The records at ``path``, read-only: a sharded dataset's shards, or one store."""
-    return ShardedStore(path) if is_sharded(path) else RecordStore(path, mode="r")
-
-
-def _identity(folder: Path) -> tuple[int, int]:
-    """What tells one folder from another at the same path: its device and inode."""
-    st = os.stat(folder)
-    return st.st_dev, st.st_ino
+def open_source(path: Any, **store_options: Any) -> RecordSource:
+    """The records at ``path`` (a folder or a URL), read-only: a sharded dataset's shards, or
+    one store."""
+    if not reads_remotely(path):
+        return ShardedStore(path) if is_sharded(local_path(path)) else RecordStore(path, mode="r")
+    folder = RemoteFolder.open(path, store_options, "open_source")
+    if folder.sharded:
+        return ShardedStore.over(folder, verify=False, num_threads=None)
+    return folder.store(verify=False, num_threads=None)
 
 
 def _uniform_size(store: RecordStore, n: int, step: int = 1 << 20) -> int:

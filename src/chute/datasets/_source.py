@@ -35,8 +35,8 @@ class RecordSource(Protocol):
     """
 
     @property
-    def path(self) -> Path:
-        """Where the records are."""
+    def path(self) -> Path | str:
+        """Where the records are: a folder, or a URL."""
         ...
 
     @property

@@ -3,16 +3,17 @@ sharded dataset) with a `RecordSchema`, and their indices checked by the one nor
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from chute._objects import check_options, local_path, reads_remotely
 from chute._util.checks import check_optional_int
 from chute._util.closing import Closing
 from chute._util.renamed import legacy_arguments
+from chute.datasets._folders import KEYWORDS, RemoteFolder
 from chute.datasets._schema import RecordSchema
 from chute.datasets._sharded_manifest import is_sharded
 from chute.datasets._sharded_store import ShardedStore
@@ -22,47 +23,54 @@ from chute.store import RecordStore
 from chute.store._internal import as_indices, check_indices, index_bounds
 
 
-def _reopen(cls: type[StoreView], path: str, verify: bool, threads: int | None) -> StoreView:
-    return cls(path, verify=verify, num_threads=threads)
+def _reopen(
+    cls: type[StoreView],
+    path: Any,
+    verify: bool,
+    threads: int | None,
+    options: dict[str, Any] | None = None,
+) -> StoreView:
+    return cls(path, verify=verify, num_threads=threads, **(options or {}))
 
 
 class StoreView(Closing):
-    """Opens a store read-only after checking that its schema.json is of this view's kind."""
+    """Opens a store read-only after checking that its schema.json is of this view's kind:
+    a folder, or a URL of object storage (``s3://``, ``gs://``, ``az://``, ``http(s)://``,
+    or an obstore store), whose store options (``region=``, ``endpoint=`` ...) come as
+    keywords."""
 
     _ragged: ClassVar[bool]
 
     @legacy_arguments(renamed={"threads": "num_threads"})
     def __init__(
-        self, path: str | os.PathLike[str], *, verify: bool = False, num_threads: int | None = None
+        self,
+        path: Any,
+        *,
+        verify: bool = False,
+        num_threads: int | None = None,
+        **store_options: Any,
     ) -> None:
         threads = check_optional_int("num_threads", num_threads, minimum=1)
-        path = Path(path)
-        sharded = (
-            ShardedStore(path, verify=verify, num_threads=threads) if is_sharded(path) else None
-        )
-        schema = sharded.schema if sharded is not None else RecordSchema.read(path)
+        source, schema = _open(path, type(self).__name__, verify, threads, store_options)
         if schema.ragged != self._ragged:
             kind, opener = (
                 ("variable-length", "RaggedDataset")
                 if schema.ragged
                 else ("fixed-shape", "Dataset")
             )
-            if sharded is not None:
-                sharded.close()
-            raise StoreKindError(f"{path} holds {kind} records: open it with {opener}")
-        self._path = path
+            source.close()
+            raise StoreKindError(f"{source.path} holds {kind} records: open it with {opener}")
+        self._path: Path | str = source.path
         self._seen = 0  # a length this view has seen: indices below it need no refresh
-        self._opened_at = path.absolute()  # what a pickled copy reopens, whatever its cwd
+        # what a pickled copy reopens, whatever its cwd
+        self._opened_at = source.path.absolute() if isinstance(source.path, Path) else path
+        self._options = store_options
         self._verify = verify
         self._threads = threads
         self._schema = schema
         self._dtype: np.dtype[Any] = schema.dtype
         self._item_shape: tuple[int, ...] = schema.item_shape
-        self._store: RecordSource = (
-            sharded
-            if sharded is not None
-            else RecordStore(path, mode="r", verify=verify, num_threads=threads)
-        )
+        self._store: RecordSource = source
 
     def _flat(self, indices: Any) -> npt.NDArray[np.int64]:
         """Record indices (any shape, negatives from the end) as flat int64, through the one
@@ -76,7 +84,8 @@ class StoreView(Closing):
         return check_indices(flat, n, bounds)
 
     @property
-    def path(self) -> Path:
+    def path(self) -> Path | str:
+        """The dataset's folder, or its URL."""
         return self._path
 
     @property
@@ -115,9 +124,36 @@ class StoreView(Closing):
         return len(self._store)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickles as its path and options: the copy (in a worker process, say) reopens the
-        store by path, so the store must be reachable there."""
-        return (_reopen, (type(self), str(self._opened_at), self._verify, self._threads))
+        """Pickles as its path (or URL) and options: the copy (in a worker process, say)
+        reopens the store by path, so the store must be reachable there."""
+        where = str(self._opened_at) if isinstance(self._opened_at, Path) else self._opened_at
+        args = (type(self), where, self._verify, self._threads)
+        return (_reopen, (*args, self._options) if self._options else args)
 
     def close(self) -> None:
         self._store.close()
+
+
+def _open(
+    path: Any, owner: str, verify: bool, threads: int | None, options: dict[str, Any]
+) -> tuple[RecordSource, RecordSchema]:
+    """The records at ``path`` and their schema: a sharded dataset's shards or one store, in
+    a folder or at a URL (whose dataset.json and schema.json are read in one round trip)."""
+    if not reads_remotely(path):
+        check_options(path, options, owner, KEYWORDS)
+        local = Path(local_path(path))
+        if is_sharded(local):
+            sharded = ShardedStore(local, verify=verify, num_threads=threads)
+            return sharded, sharded.schema
+        schema = RecordSchema.read(local)
+        return RecordStore(local, mode="r", verify=verify, num_threads=threads), schema
+    folder = RemoteFolder.open(path, options, owner)
+    if folder.sharded:
+        sharded = ShardedStore.over(folder, verify=verify, num_threads=threads)
+        return sharded, sharded.schema
+    try:
+        schema = folder.schema()
+    except BaseException:
+        folder.close()
+        raise
+    return folder.store(verify=verify, num_threads=threads), schema

@@ -109,20 +109,7 @@ class StoreFiles:
         return state
 
     def _check_header(self, meta: mmap.mmap, capacity: int) -> State:
-        magic, version = bytes(meta[:4]), int.from_bytes(meta[4:6], "little")
-        if magic != fmt.MAGIC:
-            raise CorruptStoreError(f"{self.path} is not a Zrecord store: bad magic {magic!r}")
-        if version != fmt.VERSION:
-            raise StoreError(f"{self.path}: Zrecord version {version} is not supported (want 3)")
-        tail_chunk, tail_offset, length = _native.load_state(meta)
-        if length > capacity:
-            raise CorruptStoreError(
-                f"{self.path}/meta.zr is truncated: header says {length} records, "
-                f"the file holds {capacity} table entries"
-            )
-        if tail_chunk >= fmt.MAX_CHUNKS:
-            raise CorruptStoreError(f"{self.path}: tail chunk {tail_chunk} is past the limit")
-        return tail_chunk, tail_offset, length
+        return check_header(str(self.path), meta, capacity)
 
     def read_state(self) -> State:
         """The header state as last published (one atomic read, see zrecord_module.c)."""
@@ -159,12 +146,8 @@ class StoreFiles:
     def limits(self, tail_chunk: int, tail_offset: int) -> npt.NDArray[np.uint64]:
         """Bytes readable in each chunk: its file size, and in the tail, up to the frontier.
         Files a reader maps never shrink in place, so these stay readable for its life."""
-        limits = np.empty(len(self.chunk_fds), np.uint64)
-        for c, fd in enumerate(self.chunk_fds):
-            limits[c] = min(os.fstat(fd).st_size, fmt.CHUNK_LIMIT)
-        if tail_chunk < len(limits):
-            limits[tail_chunk] = min(int(limits[tail_chunk]), tail_offset)
-        return limits
+        sizes = [os.fstat(fd).st_size for fd in self.chunk_fds]
+        return chunk_limits(sizes, tail_chunk, tail_offset)
 
     # ---- dict.zr -------------------------------------------------------------------
 
@@ -176,31 +159,13 @@ class StoreFiles:
         if not os.path.lexists(path):
             return
         data = read_regular(path, self.path, limit=fmt.MAX_DICT)
-        self._check_dict(path, data)
         try:
-            ddict = digest_for_reading(data)
-        except ValueError:
-            raise CorruptStoreError(f"{path} is damaged: zstd rejects it as a dictionary") from None
-        self.dictionary, self.ddict = data, ddict
-
-    def _check_dict(self, path: Path, data: bytes) -> None:
-        file = self.path / fmt.DICT_SUM_FILE
-        try:
-            stamp = read_regular(file, self.path, limit=fmt.DICT_SUM.size)
+            stamp: bytes | None = read_regular(
+                self.path / fmt.DICT_SUM_FILE, self.path, limit=fmt.DICT_SUM.size
+            )
         except FileNotFoundError:
-            return
-        want = dict_sum(data)
-        if stamp == want:
-            return
-        if len(stamp) != fmt.DICT_SUM.size or stamp[:6] != want[:6]:
-            raise CorruptStoreError(f"{file} is damaged: it is not a record of {fmt.DICT_FILE}")
-        _, _, size, crc = fmt.DICT_SUM.unpack(stamp)
-        _, _, have, got = fmt.DICT_SUM.unpack(want)
-        raise CorruptStoreError(
-            f"{path} is damaged: it holds {have} bytes with CRC-32C {got:#010x}, but the "
-            f"dictionary chute trained was {size} bytes with CRC-32C {crc:#010x} "
-            f"({fmt.DICT_SUM_FILE}); every zstd_dict record would decode wrong"
-        )
+            stamp = None
+        self.dictionary, self.ddict = data, load_dict(str(self.path), data, stamp)
 
     # ---- crc32c.chute --------------------------------------------------------------
 
@@ -233,13 +198,7 @@ class StoreFiles:
             return  # damaged: see lost_sums
         access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
         self.sums_map = mmap.mmap(self.sums_fd, have, access=access)
-        magic, version = fmt.SUMS_HEADER.unpack_from(self.sums_map)[:2]
-        if magic != fmt.SUMS_MAGIC or version != fmt.SUMS_VERSION:
-            return
-        count = (have - fmt.SUMS_HEADER.size) // fmt.SUMS_DTYPE.itemsize
-        self.sums = np.frombuffer(
-            self.sums_map, fmt.SUMS_DTYPE, count=count, offset=fmt.SUMS_HEADER.size
-        )
+        self.sums = parse_sums(self.sums_map)
 
     def close_sums(self) -> None:
         self.sums = None
@@ -256,12 +215,11 @@ class StoreFiles:
         which every chute writer creates, the sidecar first)."""
         if self.sums is not None:
             return None
-        sums = self.path / fmt.SUMS_FILE
-        if os.path.lexists(sums):
-            return f"{sums} is damaged (cut short, or its header is not a checksum sidecar's)"
-        if os.path.lexists(self.path / fmt.GEN_FILE):
-            return f"{sums} is missing, though {fmt.GEN_FILE} says chute wrote this store"
-        return None
+        return lost_sums(
+            str(self.path),
+            os.path.lexists(self.path / fmt.SUMS_FILE),
+            os.path.lexists(self.path / fmt.GEN_FILE),
+        )
 
     def sums_stamp(self) -> State | None:
         """The header state the sidecar was last brought in step with."""
@@ -283,7 +241,7 @@ class StoreFiles:
             return False
         access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
         m = mmap.mmap(fd, fmt.GEN_HEADER.size, access=access)
-        if bytes(m[:4]) != fmt.GEN_MAGIC:
+        if not is_generation(m):
             m.close()
             os.close(fd)
             return False
@@ -350,6 +308,98 @@ class StoreFiles:
                 os.close(fd)
         self.chunk_fds = []
         self.sums_fd = self.meta_fd = self.gen_fd = -1
+
+
+# ---- the format's checks, for a store read from files or from object storage -------------
+
+
+def check_header(where: str, meta: Any, capacity: int) -> State:
+    """The state in meta.zr's header (an 8-byte aligned buffer of at least 16 bytes), checked:
+    magic, version, a length within the ``capacity`` entries the file holds, the tail chunk
+    within the format's. ``where`` names the store in errors."""
+    magic, version = bytes(meta[:4]), int.from_bytes(meta[4:6], "little")
+    if magic != fmt.MAGIC:
+        raise CorruptStoreError(f"{where} is not a Zrecord store: bad magic {magic!r}")
+    if version != fmt.VERSION:
+        raise StoreError(f"{where}: Zrecord version {version} is not supported (want 3)")
+    tail_chunk, tail_offset, length = _native.load_state(meta)
+    if length > capacity:
+        raise CorruptStoreError(
+            f"{where}/meta.zr is truncated: header says {length} records, "
+            f"the file holds {capacity} table entries"
+        )
+    if tail_chunk >= fmt.MAX_CHUNKS:
+        raise CorruptStoreError(f"{where}: tail chunk {tail_chunk} is past the limit")
+    return tail_chunk, tail_offset, length
+
+
+def chunk_limits(sizes: list[int], tail_chunk: int, tail_offset: int) -> npt.NDArray[np.uint64]:
+    """Bytes readable in each chunk of these sizes: its size (at most the format's span),
+    and in the tail chunk, up to the frontier."""
+    limits = np.array([min(size, fmt.CHUNK_LIMIT) for size in sizes], np.uint64)
+    if tail_chunk < len(limits):
+        limits[tail_chunk] = min(int(limits[tail_chunk]), tail_offset)
+    return limits
+
+
+def load_dict(where: str, data: bytes, stamp: bytes | None) -> Any:
+    """dict.zr's bytes checked against dict.chute's ``stamp`` (its size and CRC-32C when
+    chute trained it; ``None`` where another tool did, with zstd's parse the only check),
+    digested for reading."""
+    path = f"{where}/{fmt.DICT_FILE}"
+    want = dict_sum(data)
+    if stamp is not None and stamp != want:
+        file = f"{where}/{fmt.DICT_SUM_FILE}"
+        if len(stamp) != fmt.DICT_SUM.size or stamp[:6] != want[:6]:
+            raise CorruptStoreError(f"{file} is damaged: it is not a record of {fmt.DICT_FILE}")
+        _, _, size, crc = fmt.DICT_SUM.unpack(stamp)
+        _, _, have, got = fmt.DICT_SUM.unpack(want)
+        raise CorruptStoreError(
+            f"{path} is damaged: it holds {have} bytes with CRC-32C {got:#010x}, but the "
+            f"dictionary chute trained was {size} bytes with CRC-32C {crc:#010x} "
+            f"({fmt.DICT_SUM_FILE}); every zstd_dict record would decode wrong"
+        )
+    try:
+        return digest_for_reading(data)
+    except ValueError:
+        raise CorruptStoreError(f"{path} is damaged: zstd rejects it as a dictionary") from None
+
+
+def parse_sums(data: Any) -> npt.NDArray[np.void] | None:
+    """The entries of a checksum sidecar's bytes (a view), or None if its header is not
+    a sidecar's (damage: see `lost_sums`)."""
+    if len(data) < fmt.SUMS_HEADER.size:
+        return None
+    magic, version = fmt.SUMS_HEADER.unpack_from(data)[:2]
+    if magic != fmt.SUMS_MAGIC or version != fmt.SUMS_VERSION:
+        return None
+    count = (len(data) - fmt.SUMS_HEADER.size) // fmt.SUMS_DTYPE.itemsize
+    return np.frombuffer(data, fmt.SUMS_DTYPE, count=count, offset=fmt.SUMS_HEADER.size)
+
+
+def lost_sums(where: str, sums_exist: bool, gen_exists: bool) -> str | None:
+    """Why the checksums of a store chute wrote cannot be used, given that its sidecar is not
+    usable: it is there but damaged, or gone while gen.chute (which every chute writer creates,
+    after the sidecar) says chute wrote the store; None for a store another tool wrote."""
+    sums = f"{where}/{fmt.SUMS_FILE}"
+    if sums_exist:
+        return f"{sums} is damaged (cut short, or its header is not a checksum sidecar's)"
+    if gen_exists:
+        return f"{sums} is missing, though {fmt.GEN_FILE} says chute wrote this store"
+    return None
+
+
+def is_generation(data: Any) -> bool:
+    """Whether ``data`` (16 bytes or more) is gen.chute's header."""
+    return len(data) >= fmt.GEN_HEADER.size and bytes(data[:4]) == fmt.GEN_MAGIC
+
+
+def generation_of(data: bytes | None) -> int:
+    """The generation gen.chute's bytes hold (0 for none, or a file that is not one, as a
+    local reader takes it)."""
+    if data is None or not is_generation(data):
+        return 0
+    return int(fmt.GEN_HEADER.unpack_from(data)[2])
 
 
 def release(m: mmap.mmap) -> None:

@@ -20,11 +20,13 @@ modules (`_format`, `_codec`, `_io` ...) can change without reaching through the
   format's cap on records.
 * `bump_generation`: raise a folder's generation, so every open reader of it fails its next
   read instead of reading what is being replaced.
+* `RemoteStore`: a store in object storage, opened inside a dataset's `ObjectReader`
+  (`RemoteStore.inside`); `generation_of`: the generation gen.chute's bytes hold.
 """
 
 from chute._util.fs import write_file_atomic
 from chute.store._codec import sample_rows
-from chute.store._files import StoreFiles
+from chute.store._files import StoreFiles, generation_of
 from chute.store._format import (
     CODEC_NAMES,
     GEN_FILE,
@@ -42,6 +44,7 @@ from chute.store._index import IndexLike, as_indices, check_indices, index_bound
 from chute.store._opening import bump_generation
 from chute.store._out import check_out, out_stride
 from chute.store._read import PartReport, VerifyReport
+from chute.store._remote import RemoteStore
 
 __all__ = [
     "CODEC_NAMES",
@@ -53,6 +56,7 @@ __all__ = [
     "SHARDED_MANIFEST",
     "IndexLike",
     "PartReport",
+    "RemoteStore",
     "StoreFiles",
     "VerifyReport",
     "as_indices",
@@ -61,6 +65,7 @@ __all__ = [
     "check_out",
     "check_record_bytes",
     "codec_name",
+    "generation_of",
     "index_bounds",
     "is_store_file",
     "out_stride",

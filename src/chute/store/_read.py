@@ -90,7 +90,11 @@ def packed(
 
 
 def error_for(
-    snap: Snapshot, path: Path, failed: GatherFailed, idx: npt.NDArray[np.int64], stride: int
+    snap: Snapshot,
+    path: Path | str,
+    failed: GatherFailed,
+    idx: npt.NDArray[np.int64],
+    stride: int,
 ) -> Exception:
     """The exception a caller sees for a failed gather: damage names the record."""
     code, detail = failed.code, failed.detail
@@ -203,20 +207,25 @@ class VerifyReport(TypedDict):
 VERIFY_STEP = 16 << 20
 
 
+Packed = Callable[..., tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64], int]]
+"""`packed`'s signature: ``(snap, idx, *, verify, threads)``; a remote store reads its own."""
+
+
 def verify(
     snap: Snapshot,
-    path: Path,
+    path: Path | str,
     *,
     batch: int,
     threads: int,
     progress: Callable[[int, int], None] | None = None,
+    read: Packed = packed,
 ) -> VerifyReport:
     """Decode every record and check its checksum; damage is reported, not raised.
 
     ``checked`` records decoded and matched their checksum, ``unchecked`` decoded but had
     none to match (another tool wrote them), ``damaged`` lists (index, message) of the rest.
     Steps hold at most ``batch`` records and about 16 MiB; ``progress(done, total)`` gets the
-    decoded bytes after each.
+    decoded bytes after each. ``read`` decodes a step (`packed`, or a remote store's own).
     """
     damaged: list[tuple[int, str]] = []
     unchecked = 0
@@ -229,7 +238,7 @@ def verify(
         stop = int(np.searchsorted(ends, reach, side="right"))
         idx = np.arange(start, max(start + 1, min(start + batch, stop)), dtype=np.int64)
         try:
-            unchecked += packed(snap, idx, verify=True, threads=threads)[2]
+            unchecked += read(snap, idx, verify=True, threads=threads)[2]
             start = int(idx[-1]) + 1
         except GatherFailed as failed:
             error = error_for(snap, path, failed, idx, 0)
@@ -237,7 +246,7 @@ def verify(
                 raise error from None
             bad = start + failed.pos
             if failed.pos:  # those before it are fine: count them
-                unchecked += packed(snap, idx[: failed.pos], verify=True, threads=threads)[2]
+                unchecked += read(snap, idx[: failed.pos], verify=True, threads=threads)[2]
             damaged.append((bad, str(error)))
             start = bad + 1
         if progress is not None:

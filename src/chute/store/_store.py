@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._native import codes
+from chute._objects import local_path, reads_remotely
 from chute._util.checks import check_optional_int
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
@@ -94,6 +95,20 @@ class RecordStore(Closing):
         durable: fsync between the steps of every write (survives power loss, slower).
     """
 
+    _remote: type[RecordStore] | None = None  # the class that reads a store at a URL
+
+    def __init_subclass__(cls, *, remote: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if remote:
+            RecordStore._remote = cls
+
+    def __new__(cls, path: Any = None, *args: Any, **kwargs: Any) -> RecordStore:
+        """A store at a URL (or an obstore store) is read by the remote store class
+        (`chute.store._remote.RemoteStore`, a subclass), so ``RecordStore(url)`` opens one."""
+        if cls is RecordStore and cls._remote is not None and reads_remotely(path):
+            return super().__new__(cls._remote)
+        return super().__new__(cls)
+
     @legacy_arguments(renamed={"threads": "num_threads"})
     def __init__(
         self,
@@ -108,7 +123,7 @@ class RecordStore(Closing):
     ) -> None:
         if mode not in ("r", "a", "w"):
             raise ValueError(f"mode must be 'r', 'a' or 'w', got {mode!r}")
-        self._path = Path(path)
+        self._path = Path(local_path(path))
         self._mode: Mode = mode
         self._writable = mode != "r"
         self._codec = fmt.parse_codec(codec)
@@ -184,7 +199,8 @@ class RecordStore(Closing):
     # ---- state ---------------------------------------------------------------------
 
     @property
-    def path(self) -> Path:
+    def path(self) -> Path | str:
+        """The store's folder (a `Path`), or its URL for a store in object storage."""
         return self._path
 
     @property

@@ -1,0 +1,593 @@
+"""RemoteStore: a Zrecord store in object storage (or on a web server), read-only.
+
+At open it reads the table, the checksum sidecar, the dictionary and the generation (the
+small files together, in one round trip where they fit), and checks them as a local reader
+does, with the same helpers (`_files`). A chunk object is HEADed on first use, and its size and
+ETag are kept: every later read of it asks for that version (``If-Match``), so bytes of a
+changed object are never decoded against the table read at open.
+
+A batch becomes one ranged GET per record, merged with its neighbours and issued side by side
+(`chute._objects.ObjectReader.read_ranges`, the one place record bytes are fetched). The
+fetched ranges are handed to the compiled core as chunks of their own
+(``_native.chunks_from_buffers``), with a copy of the batch's table entries pointing into
+them, so the core checks every offset, length and (``verify=True``) checksum exactly as it
+does over mapped files, and decodes into the caller's buffer.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chute import _native
+from chute._native import codes
+from chute._objects import ObjectInfo, ObjectReader, check_options, open_bounded
+from chute._util.checks import check_optional_int
+from chute._util.cores import usable_cores
+from chute._util.renamed import call_threads, legacy_arguments
+from chute.errors import (
+    CorruptStoreError,
+    RemoteChangedError,
+    RemoteError,
+    RemoteNotFoundError,
+    StoreClosedError,
+    StoreError,
+    UnsafeFileError,
+)
+from chute.store import _format as fmt
+from chute.store import _read
+from chute.store._files import (
+    Snapshot,
+    check_header,
+    chunk_limits,
+    empty_snapshot,
+    generation_of,
+    load_dict,
+    lost_sums,
+    parse_sums,
+)
+from chute.store._index import IndexLike, as_indices, flat_int64
+from chute.store._out import check_out, out_stride
+from chute.store._read import VerifyReport
+from chute.store._store import Mode, RecordStore
+
+#: Records decoded per native call: each is a chunk of its own, and the table's chunk ids
+#: are 16 bits, one value of which marks a checksum entry that matches no record.
+BLOCK = 0xFFFF
+#: What one GET fetches of the table and the sidecar at open: their header and the entries
+#: of up to 4095 records, so a small store opens in one round trip.
+FIRST_READ = 64 << 10
+_NO_CHUNK = 0xFFFF
+
+_KEYWORDS = ("mode", "codec", "level", "verify", "num_threads", "durable", "max_in_flight")
+
+
+class RemoteStore(RecordStore, remote=True):
+    """A read-only Zrecord store at a URL: ``s3://``, ``gs://``, ``az://``, ``http(s)://``,
+    or an obstore store instance. ``RecordStore(url)`` opens one; the read methods take
+    and return what a local `RecordStore`'s do, with the same errors, and a request that
+    fails for good is a `RemoteError` naming the URL.
+
+    >>> import os, tempfile, obstore
+    >>> from obstore.store import MemoryStore
+    >>> from chute import RecordStore
+    >>> local = tempfile.mkdtemp() + "/s.zr"
+    >>> with RecordStore(local, mode="w") as store:
+    ...     _ = store.append([b"hello", b"", b"world"])
+    >>> bucket = MemoryStore()
+    >>> for name in sorted(os.listdir(local)):
+    ...     _ = obstore.put(bucket, name, open(os.path.join(local, name), "rb").read())
+    >>> with RecordStore(bucket, verify=True) as remote:
+    ...     type(remote).__name__, remote.gather_packed([2, 0])[0].tobytes()
+    ('RemoteStore', b'worldhello')
+
+    Args:
+        path: the store's URL, or an obstore store rooted at it.
+        mode: ``"r"`` only: a store in object storage is written by `chute.write_dataset`.
+        verify: check every record fetched against the CRC-32C written with it.
+        num_threads: cores used to decode (default: all this process may use).
+        max_in_flight: requests in flight at once.
+        store_options: the store's options (``region=``, ``endpoint=`` ...), see
+            `chute._objects.open_location`; a misspelt one is a ``TypeError``.
+    """
+
+    @legacy_arguments(renamed={"threads": "num_threads"})
+    def __init__(
+        self,
+        path: Any,
+        mode: Mode = "r",
+        *,
+        codec: str | fmt.Codec = "zstd",
+        level: int | None = None,
+        verify: bool = False,
+        num_threads: int | None = None,
+        durable: bool = False,
+        max_in_flight: int = 16,
+        **store_options: Any,
+    ) -> None:
+        self._closed = True
+        check_options(path, store_options, "RecordStore", _KEYWORDS)
+        url = path if isinstance(path, str) else repr(path)
+        if mode != "r":
+            raise StoreError(
+                f"{url} is in object storage: a store there opens read-only (mode='r'); "
+                "write datasets there with chute.write_dataset"
+            )
+        fmt.parse_codec(codec)
+        reader = ObjectReader(open_bounded(path, **store_options), max_in_flight=max_in_flight)
+        self._setup(reader, "", verify, num_threads, owns_reader=True)
+
+    @classmethod
+    def inside(
+        cls,
+        reader: ObjectReader,
+        prefix: str,
+        *,
+        verify: bool,
+        num_threads: int | None,
+        owns_reader: bool = False,
+    ) -> RemoteStore:
+        """The store at ``prefix`` (``"part-00000.zr"``, or ``""`` for the location itself)
+        of ``reader``'s location, read through that reader (the shards of one dataset share
+        its requests in flight); closing the store closes the reader if it ``owns_reader``."""
+        store = object.__new__(cls)
+        store._closed = True
+        store._setup(reader, prefix, verify, num_threads, owns_reader=owns_reader)
+        return store
+
+    def _setup(
+        self,
+        reader: ObjectReader,
+        prefix: str,
+        verify: bool,
+        num_threads: int | None,
+        *,
+        owns_reader: bool,
+    ) -> None:
+        self._reader = reader
+        self._owns_reader = owns_reader
+        self._prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+        self._url = reader.url(prefix.strip("/")) if self._prefix else reader.location.url
+        self._mode = "r"
+        self._writable = False
+        self._verify = verify
+        self._threads = check_optional_int("num_threads", num_threads, minimum=1) or usable_cores()
+        self._lock = threading.RLock()
+        self._writer = None
+        self._snap = empty_snapshot()
+        self._chunks: list[ObjectInfo | None] = []
+        self._meta: ObjectInfo | None = None
+        self._sizes: dict[str, int] = {}
+        self._lost: str | None = None
+        self._dictionary = False
+        self._closed = False
+        try:
+            self._snap = self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- opening -------------------------------------------------------------------
+
+    def _open(self) -> Snapshot:
+        """Read and check meta.zr, the sidecar, the dictionary and the generation."""
+        where = str(self._url)
+        names = (fmt.META_FILE, fmt.SUMS_FILE, fmt.GEN_FILE, fmt.DICT_FILE, fmt.DICT_SUM_FILE)
+        limits = (FIRST_READ, FIRST_READ, fmt.GEN_HEADER.size, fmt.MAX_DICT + 1, fmt.DICT_SUM.size)
+        found = self._reader.read_starts(
+            [(self._prefix + name, n) for name, n in zip(names, limits, strict=True)],
+            missing_ok=True,
+        )
+        meta, sums, gen, dictionary, stamp = found
+        for (info, _), name in ((f, n) for f, n in zip(found, names, strict=True) if f):
+            self._sizes[name] = info.size
+        if meta is None:
+            raise self._not_found()
+        info, head = meta
+        self._meta = info
+        if len(head) < fmt.HEADER_SIZE:
+            raise CorruptStoreError(
+                f"{where}/meta.zr is truncated: {len(head)} bytes, the header alone is 16"
+            )
+        capacity = (info.size - fmt.HEADER_SIZE) // fmt.LOC_SIZE
+        tail_chunk, tail_offset, length = state = check_header(where, _aligned(head), capacity)
+        table = self._rest(info, head, fmt.HEADER_SIZE + length * fmt.LOC_SIZE)
+        entries = np.frombuffer(table, fmt.LOC_DTYPE, count=length, offset=fmt.HEADER_SIZE)
+        generation = generation_of(None if gen is None else gen[1])
+        ddict = None
+        if dictionary is not None:
+            if dictionary[0].size > fmt.MAX_DICT:
+                raise UnsafeFileError(
+                    f"{where}/{fmt.DICT_FILE} holds more than the {fmt.MAX_DICT} bytes its "
+                    "format allows"
+                )
+            ddict = load_dict(where, dictionary[1], stamp[1] if stamp else None)
+            self._dictionary = True
+        table_sums, strict = None, False
+        if sums is not None:
+            want = fmt.SUMS_HEADER.size + length * fmt.SUMS_DTYPE.itemsize
+            raw = self._rest(sums[0], sums[1], want) if len(sums[1]) >= 16 else sums[1]
+            table_sums = parse_sums(raw)
+            strict = table_sums is not None and _native.load_state(_aligned(raw)) == state
+        if table_sums is None:
+            self._lost = lost_sums(where, sums is not None, gen is not None)
+            if self._verify:
+                self._check_sums_lost()
+                warnings.warn(
+                    f"{where} has no checksums (written by another tool); "
+                    "verify=True checks that records decode, not their bytes",
+                    stacklevel=5,
+                )
+        self._chunks = [None] * (tail_chunk + 1)
+        return Snapshot(
+            table=entries, tail_chunk=tail_chunk, tail_offset=tail_offset,
+            limits=np.zeros(tail_chunk + 1, np.uint64), maps=None, sums=table_sums,
+            strict=strict, ddict=ddict, generation=generation,
+        )  # fmt: skip
+
+    def _rest(self, info: ObjectInfo, start: bytes, size: int) -> bytes:
+        """The first ``size`` bytes of an object whose first bytes ``start`` were read (the
+        rest fetched at the version read then); what the object holds, if less."""
+        size = min(size, info.size)
+        if len(start) >= size:
+            return start[:size]
+        return start + bytes(self._reader.read_ranges(info, [(len(start), size)])[0])
+
+    def _not_found(self) -> Exception:
+        return RemoteNotFoundError(
+            f"no store at {self._url}: it has no {fmt.META_FILE} (not a Zrecord store, "
+            "or a wrong URL)"
+        )
+
+    def _check_sums_lost(self) -> None:
+        if self._lost is not None:
+            raise CorruptStoreError(
+                f"{self._lost}: the records' checksums are lost, so they cannot be verified "
+                "(open without verify=True to read them unchecked)"
+            )
+
+    def _chunk_infos(self, chunks: npt.NDArray[np.int64], snap: Snapshot) -> None:
+        """HEAD the chunk objects of ``chunks`` not seen yet, side by side with meta.zr: a
+        table rewritten since open would not describe the chunk objects now there, so that is
+        a `RemoteChangedError`. Each chunk's size and ETag are kept, and its readable limit
+        put in the snapshot."""
+        with self._lock:
+            todo = [int(c) for c in np.unique(chunks) if self._chunks[int(c)] is None]
+            if not todo:
+                return
+            paths = [self._prefix + fmt.chunk_file(c) for c in todo]
+            meta, *infos = self._reader.head_all(
+                [self._prefix + fmt.META_FILE, *paths], missing_ok=True
+            )
+            if meta != self._meta:
+                now = "gone" if meta is None else f"now ETag {meta.etag}, {meta.size} bytes"
+                raise RemoteChangedError(
+                    f"{self._url}/{fmt.META_FILE} changed since the store was opened ({now}): "
+                    "reopen it"
+                )
+            for c, info in zip(todo, infos, strict=True):
+                if info is None:
+                    raise CorruptStoreError(
+                        f"{self._url}: chunk object {fmt.chunk_file(c)} is missing "
+                        f"(the header names chunks 0..{snap.tail_chunk})"
+                    )
+                self._chunks[c] = info
+            sizes = [0 if info is None else info.size for info in self._chunks]
+            snap.limits[:] = chunk_limits(sizes, snap.tail_chunk, snap.tail_offset)
+
+    # ---- state ---------------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """The store's URL."""
+        return self._url
+
+    @property
+    def supports_growth(self) -> bool:
+        """False: the table read at open fixes the length (reopen to see appends)."""
+        return False
+
+    @property
+    def has_dict(self) -> bool:
+        return self._dictionary
+
+    @property
+    def has_checksums(self) -> bool:
+        return self._snap.sums is not None
+
+    @property
+    def requests(self) -> int:
+        """Requests made through this store's reader so far (shared by a dataset's shards)."""
+        return self._reader.requests
+
+    def refresh(self) -> int:
+        """The length (a store in object storage is read as it was at open)."""
+        self._check_open()
+        return self._snap.length
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"the store at {self._url} is closed")
+
+    def _check_writable(self) -> Any:
+        self._check_open()
+        raise StoreError(
+            f"{self._url} is in object storage and open read-only: write datasets there "
+            "with chute.write_dataset"
+        )
+
+    def _read(
+        self, idx: npt.NDArray[np.int64], stride: int, read: Callable[[Snapshot], Any]
+    ) -> Any:
+        self._check_open()
+        snap = self._snap
+        try:
+            return read(snap)
+        except _read.GatherFailed as failed:
+            raise _read.error_for(snap, self._url, failed, idx, stride) from None
+        except RemoteError as e:
+            if not idx.size:
+                raise
+            raise type(e)(f"{e} (reading record {int(idx[0])} and others of the batch)") from None
+
+    # ---- reading -------------------------------------------------------------------
+
+    def _fetch(self, snap: Snapshot, idx: npt.NDArray[np.int64], stride: int) -> list[Any]:
+        """The stored bytes of each record of ``idx`` (one buffer each, in batch order), after
+        every check a mapped store's gather makes before it reads (index, size, chunk, bounds),
+        failing at the first bad record as it would."""
+        _read.check_range(snap, idx)
+        locs = snap.table[idx]
+        logic, phys = locs["logic_length"], locs["phys_length"]
+        chunk = locs["chunk_id"].astype(np.int64)
+        known = chunk < len(self._chunks)
+        if known.any():
+            self._chunk_infos(chunk[known], snap)
+        end = locs["offset"].astype(np.int64) + phys
+        limit = snap.limits[np.minimum(chunk, len(self._chunks) - 1)].astype(np.int64)
+        checks = [
+            ((logic > fmt.MAX_RECORD) | (phys > fmt.MAX_RECORD), codes.GE_TOO_LARGE,
+             np.where(logic > fmt.MAX_RECORD, logic, phys)),
+            ((logic != stride) if stride else np.zeros(len(idx), bool), codes.GE_DST, logic),
+            (~known, codes.GE_CHUNK, chunk),
+            (known & (end > limit), codes.GE_BOUNDS, end),
+        ]  # fmt: skip
+        bad = np.zeros(len(idx), bool)
+        for fails, _, _ in checks:
+            bad |= fails
+        if bad.any():
+            pos = int(np.argmax(bad))
+            code, detail = next((c, d) for f, c, d in checks if f[pos])
+            raise _read.GatherFailed(code, pos, int(detail[pos]))
+        out: list[Any] = [b""] * len(idx)
+        requests, order = [], []
+        for c in np.unique(chunk):
+            where = np.flatnonzero(chunk == c)
+            info = self._chunks[int(c)]
+            assert info is not None
+            starts = locs["offset"][where].astype(np.int64)
+            ranges = zip(starts.tolist(), (starts + phys[where]).tolist(), strict=True)
+            requests.append((info, list(ranges)))
+            order.append(where)
+        for where, buffers in zip(order, self._reader.read_many(requests), strict=True):
+            for p, buffer in zip(where.tolist(), buffers, strict=True):
+                out[p] = buffer
+        return out
+
+    def _decode(
+        self,
+        snap: Snapshot,
+        idx: npt.NDArray[np.int64],
+        dst: Any,
+        stride: int,
+        offsets: npt.NDArray[np.uint64] | None,
+        *,
+        verify: bool,
+        threads: int,
+    ) -> int:
+        """`_read.gather` over the fetched records, in blocks of at most `BLOCK`; returns
+        how many records had no checksum to match."""
+        buffers = self._fetch(snap, idx, stride)
+        unchecked = 0
+        blocks = range(0, len(idx), BLOCK)
+        flat = memoryview(dst).cast("B") if len(blocks) > 1 and offsets is None else None
+        for a in blocks:
+            b = min(a + BLOCK, len(idx))
+            staged, local = _stage(snap, idx[a:b], buffers[a:b], verify=verify)
+            part = dst if flat is None else flat[a * stride : b * stride]
+            try:
+                unchecked += _read.gather(
+                    staged, local, part, stride, None if offsets is None else offsets[a:b],
+                    verify=verify, threads=threads,
+                )  # fmt: skip
+            except _read.GatherFailed as failed:
+                detail = failed.detail
+                if failed.code == codes.GE_SUMS and snap.sums is not None:
+                    detail = len(snap.sums)
+                raise _read.GatherFailed(failed.code, a + failed.pos, detail) from None
+        return unchecked
+
+    def _packed(
+        self, snap: Snapshot, idx: npt.NDArray[np.int64], *, verify: bool, threads: int
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64], int]:
+        """`_read.packed`, fetching the records first."""
+        _read.check_range(snap, idx)
+        lengths = snap.table["logic_length"][idx]
+        too_large = lengths > fmt.MAX_RECORD
+        if too_large.any():  # damage: never size a buffer from it
+            bad = int(np.argmax(too_large))
+            raise _read.GatherFailed(codes.GE_TOO_LARGE, bad, int(lengths[bad]))
+        offsets = np.zeros(len(idx) + 1, np.uint64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.empty(int(offsets[-1]), np.uint8)
+        unchecked = 0
+        if len(idx):
+            unchecked = self._decode(
+                snap, idx, values, 0, offsets[:-1], verify=verify, threads=threads
+            )
+        return values, offsets, unchecked
+
+    def gather(
+        self,
+        indices: IndexLike,
+        out: npt.NDArray[Any] | None = None,
+        *,
+        num_threads: int | None = None,
+        threads: int | None = None,
+    ) -> npt.NDArray[Any]:
+        """Decode equal-size records into rows of ``out`` (see `RecordStore.gather`)."""
+        cores = call_threads("RecordStore.gather", num_threads, threads, self._threads)
+        self._check_open()
+        idx = flat_int64(as_indices(indices))
+        n = len(idx)
+        if out is None:
+            size = int(self.lengths(idx[:1])[0]) if n else 0
+            out = np.empty((n, size), np.uint8)
+        if n == 0:
+            return out
+        if n > BLOCK:
+            check_out(out)
+        stride = out_stride(out, n)
+        dst = out
+        self._read(
+            idx, stride,
+            lambda s: self._decode(s, idx, dst, stride, None, verify=self._verify, threads=cores),
+        )  # fmt: skip
+        return out
+
+    def gather_packed(
+        self,
+        indices: IndexLike,
+        *,
+        num_threads: int | None = None,
+        threads: int | None = None,
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
+        """Decode records of any sizes end to end (see `RecordStore.gather_packed`)."""
+        cores = call_threads("RecordStore.gather_packed", num_threads, threads, self._threads)
+        idx = flat_int64(as_indices(indices))
+        values, offsets, _ = self._read(
+            idx, 0, lambda s: self._packed(s, idx, verify=self._verify, threads=cores)
+        )
+        return values, offsets
+
+    def gather_into(
+        self,
+        indices: IndexLike,
+        out: npt.NDArray[Any],
+        offsets: npt.NDArray[np.integer[Any]] | Sequence[int],
+        *,
+        num_threads: int | None = None,
+        threads: int | None = None,
+    ) -> npt.NDArray[Any]:
+        """Decode record i to byte ``offsets[i]`` of ``out`` (see `RecordStore.gather_into`)."""
+        cores = call_threads("RecordStore.gather_into", num_threads, threads, self._threads)
+        self._check_open()
+        idx = flat_int64(as_indices(indices))
+        offs = np.ascontiguousarray(offsets, dtype=np.uint64).reshape(-1)
+        if offs.size != idx.size:
+            raise ValueError(f"{idx.size} indices but {offs.size} offsets")
+        if idx.size:
+            self._read(
+                idx, 0,
+                lambda s: self._decode(s, idx, out, 0, offs, verify=self._verify, threads=cores),
+            )  # fmt: skip
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """`RecordStore.stats`, with ``disk_bytes`` the bytes of the store's objects (every
+        chunk object is HEADed for it)."""
+        self._check_open()
+        snap = self._snap
+        self._chunk_infos(np.arange(len(self._chunks)), snap)
+        report = _read.stats(snap, has_dict=self.has_dict, has_checksums=self.has_checksums)
+        chunks = sum(info.size for info in self._chunks if info is not None)
+        return {
+            **report,
+            "table_bytes": self._sizes.get(fmt.META_FILE, 0),
+            "checksum_bytes": self._sizes.get(fmt.SUMS_FILE, 0),
+            "disk_bytes": chunks + sum(self._sizes.values()),
+        }
+
+    def verify(
+        self, batch: int = 4096, progress: Callable[[int, int], None] | None = None
+    ) -> VerifyReport:
+        """Fetch and decode every record and check its checksum (see `RecordStore.verify`)."""
+        self._check_open()
+        self._check_sums_lost()
+        snap = self._snap
+        return _read.verify(
+            snap, self._url, batch=batch, threads=self._threads, progress=progress,
+            read=self._verify_step,
+        )  # fmt: skip
+
+    def _verify_step(
+        self, snap: Snapshot, idx: npt.NDArray[np.int64], *, verify: bool, threads: int
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64], int]:
+        """One step of `verify`: damage is a `GatherFailed` it reports; a request that fails
+        for good ends the verify, naming the URL."""
+        return self._packed(snap, idx, verify=verify, threads=threads)
+
+    # ---- lifetime ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Let go of the table and, if this store opened it, its reader. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._snap = empty_snapshot()
+            if getattr(self, "_owns_reader", False):
+                self._reader.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{self._snap.length} records"
+        return f"RemoteStore({str(self._url)!r}, {state})"
+
+
+def _aligned(data: bytes) -> npt.NDArray[np.uint8]:
+    """The first 16 bytes of ``data`` in an 8-byte aligned buffer (the core reads a header's
+    state as one aligned word)."""
+    out = np.zeros(2, np.uint64).view(np.uint8)
+    out[: min(16, len(data))] = np.frombuffer(data[:16], np.uint8)
+    return out
+
+
+def _stage(
+    snap: Snapshot, idx: npt.NDArray[np.int64], buffers: Sequence[Any], *, verify: bool
+) -> tuple[Snapshot, npt.NDArray[np.int64]]:
+    """A snapshot over the fetched ``buffers`` (record i of ``idx`` alone in chunk i, at
+    offset 0) and the indices into its table; its checksum entries are the records' own,
+    moved with them where they matched the record's old place and pointing nowhere where they
+    did not, and records without one left past the end of the sidecar, so the core decides
+    checked, unchecked and damaged exactly as it would over the mapped store."""
+    n = len(idx)
+    table = snap.table[idx].copy()
+    table["offset"] = 0
+    table["chunk_id"] = np.arange(n)
+    local = np.arange(n, dtype=np.int64)
+    sums = None
+    if verify and snap.sums is not None:
+        has = idx < len(snap.sums)
+        order = np.argsort(~has, kind="stable")  # the records with an entry first
+        old = table[order]
+        local[order] = np.arange(n)
+        m = int(has.sum())
+        sums = snap.sums[idx[order[:m]]].copy()
+        locs = snap.table[idx[order[:m]]]
+        same = (
+            (sums["offset"] == locs["offset"]) & (sums["chunk_id"] == locs["chunk_id"])
+            & (sums["phys_length"] == locs["phys_length"]) & (sums["codec"] == locs["codec"])
+        )  # fmt: skip
+        sums["offset"] = np.where(same, 0, sums["offset"])
+        sums["chunk_id"] = np.where(same, old["chunk_id"][:m], _NO_CHUNK)
+        table = old
+    limits = np.array([len(b) for b in buffers], np.uint64)
+    staged = replace(
+        snap, table=table, tail_chunk=0, tail_offset=0, limits=limits,
+        maps=_native.chunks_from_buffers(buffers), sums=sums,
+    )  # fmt: skip
+    return staged, local
