@@ -65,7 +65,8 @@ def _ragged_rows(ds: chute.RaggedDataset) -> list[list[int]]:
 
 def test_memory_store_round_trip_of_each_writer(tmp_path: Path) -> None:
     fixed, ragged, blobs, empty = MemoryStore(), MemoryStore(), MemoryStore(), MemoryStore()
-    assert chute.write_dataset(fixed, ROWS, shard_records=8) is None
+    returned = chute.write_dataset(fixed, ROWS, shard_records=8)
+    assert np.array_equal(returned[:], ROWS)  # the writer returns the dataset, read remotely
     chute.write_ragged(ragged, SEQS, shard_records=5, codec="raw")
     chute.write_dataset(blobs, [b"ab\x00", b"", b"\x00\x00c"])
     chute.write_dataset(empty, np.zeros((0, 3), np.float32))

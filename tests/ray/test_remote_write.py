@@ -72,9 +72,11 @@ def test_a_conversion_reads_back_as_chute_writes_the_same_data(
 ) -> None:
     bucket, opts = new_bucket(s3_server), options(s3_server)
     url = f"s3://{bucket}/conv"
-    assert chute.ray.write_dataset(url, _source(), shard_records=25, **opts) is None
+    remote = chute.ray.write_dataset(url, _source(), shard_records=25, **opts)
     assert folders(url, s3_server) == {"columns.json", "image", "label", "tokens", "index"}
     cols = _columns(url, s3_server, tmp_path / "conv")
+    for name, col in remote.items():  # what the conversion returns reads the same, remotely
+        assert len(col) == N and np.array_equal(col[N - 1], cols[name][N - 1])
     _names_match_manifests(url, s3_server, tmp_path / "conv")
     # the same data through chute's own writers, to the same bucket
     chute.write_dataset(f"s3://{bucket}/w/image", IMAGES, shard_records=25, **opts)

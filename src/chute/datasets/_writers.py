@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, islice
 from pathlib import Path
-from typing import Any, TypeVar, cast, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -176,7 +176,7 @@ def write_dataset(
             target, "fixed", array, mode=mode, overwrite=overwrite,
             shard_records=shard_records, workers=workers, options=options, break_lock=break_lock,
         )  # fmt: skip
-        return _opened_url(Dataset, target)
+        return _opened_url(Dataset, target, store_options)
     path = target
     shard_records, workers = check_sharding(shard_records, workers)
     if not write_sharded(
@@ -264,7 +264,7 @@ def write_ragged(
             workers=workers, options={**options, "dtype": set_dtype, "item_shape": set_shape},
             break_lock=break_lock,
         )  # fmt: skip
-        return _opened_url(RaggedDataset, target)
+        return _opened_url(RaggedDataset, target, store_options)
     path = target
     if not write_sharded(
         path, "ragged", rest, mode=mode, overwrite=overwrite, shard_records=shard_records,
@@ -303,7 +303,7 @@ def append_dataset(
     target = _target(path, store_options, append_dataset, break_lock)
     if isinstance(target, Location):
         _append_url(target, "fixed", array, workers=workers, break_lock=break_lock)
-        return _opened_url(Dataset, target)
+        return _opened_url(Dataset, target, store_options)
     path = target
     manifest = check_appendable(path, ragged=False)
     schema = manifest.schema
@@ -349,7 +349,7 @@ def append_ragged(
     target = _target(path, store_options, append_ragged, break_lock)
     if isinstance(target, Location):
         _append_url(target, "ragged", arrays, workers=workers, break_lock=break_lock)
-        return _opened_url(RaggedDataset, target)
+        return _opened_url(RaggedDataset, target, store_options)
     path = target
     manifest = check_appendable(path, ragged=True)
     schema = manifest.schema
@@ -477,12 +477,13 @@ def _target(
 View = TypeVar("View", Dataset, RaggedDataset)
 
 
-def _opened_url(view: type[View], location: Location) -> View:
-    """The dataset a writer returns for what it wrote to a URL. Until `Dataset` and
-    `RaggedDataset` read object storage (the remote reader of issue 22) there is none to
-    return, and the writers return ``None``: this is the one place that changes then (to
-    ``view(location.url, **store_options)``)."""
-    return cast(View, None)
+def _opened_url(view: type[View], location: Location, store_options: dict[str, Any]) -> View:
+    """The dataset a writer returns for what it wrote to a URL: opened by URL with the same
+    store options (so it pickles and reopens as any remote dataset), or over the store
+    instance it was given."""
+    if location.scheme == "memory":
+        return view(location.store)
+    return view(location.url, **store_options)
 
 
 def _write_url(

@@ -16,7 +16,7 @@ import shutil
 import warnings
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from chute._objects import check_options, is_remote_url, open_location
 from chute._util.renamed import legacy_arguments
@@ -111,7 +111,7 @@ def write_dataset(
             options.preserve_order = keep
 
     if not isinstance(path, (str, os.PathLike)) or is_remote_url(path):
-        from chute.ray._remote import convert_to_url
+        from chute.ray._remote import convert_to_url, open_url_columns
 
         if isinstance(path, (str, os.PathLike)):
             check_options(os.fspath(path), store_options, "write_dataset", _KEYWORDS)
@@ -120,7 +120,7 @@ def write_dataset(
             location, ray_ds, columns=columns, codec=codec, shard_records=shard_records,
             ragged=frozenset(ragged), overwrite=overwrite, run=run, break_lock=break_lock,
         )  # fmt: skip
-        return cast(dict[str, Dataset | RaggedDataset], None)  # see datasets._writers._opened_url
+        return open_url_columns(location, store_options)
     check_options(os.fspath(path), store_options, "write_dataset", _KEYWORDS)
     if break_lock:
         raise ValueError("break_lock= is for a conversion into object storage")

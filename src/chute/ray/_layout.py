@@ -103,13 +103,21 @@ def read_columns(path: str | os.PathLike[str]) -> tuple[list[tuple[str, str]], i
     path = Path(path)
     file = path / COLUMNS_FILE
     try:
-        doc = json.loads(read_regular(file, path, MAX_COLUMNS_BYTES))
+        raw = read_regular(file, path, MAX_COLUMNS_BYTES)
     except FileNotFoundError:
         if path.is_dir() and any(path.iterdir()):
             raise IncompleteDatasetError(
                 f"{path} has no {COLUMNS_FILE}: its conversion did not finish"
             ) from None
         raise StoreNotFoundError(f"no converted dataset at {path}: no {COLUMNS_FILE}") from None
+    return parse_columns(raw, str(file))
+
+
+def parse_columns(raw: bytes, file: str) -> tuple[list[tuple[str, str]], int]:
+    """columns.json's bytes (from a folder or object storage) checked: format, version, its
+    own checksum, the column names; ``file`` names it in every error."""
+    try:
+        doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise CorruptStoreError(f"{file} is not valid JSON: {e}") from None
     except RecursionError:
