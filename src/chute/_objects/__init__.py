@@ -19,6 +19,7 @@ from chute._objects._reader import (
     RangeCache,
     bounded_options,
     open_bounded,
+    open_reader,
 )
 from chute._objects._url import (
     SCHEMES,
@@ -75,6 +76,7 @@ __all__ = [
     "local_path",
     "open_bounded",
     "open_location",
+    "open_reader",
     "options_for",
     "put_always",
     "put_object",

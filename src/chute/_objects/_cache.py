@@ -66,7 +66,7 @@ PAGE_BYTES = 64 << 10
 _STRIPES = 4096
 _POLL_FIRST, _POLL_MAX = 0.0005, 0.02  # seconds between looks at blocks others fetch
 
-Fetch = Callable[[Sequence[tuple[int, int]]], Sequence[bytes]]
+Fetch = Callable[[Sequence[tuple[int, int]]], Sequence[bytes | memoryview]]
 """Fetches byte ranges ``[start, end)`` of one object, in one call: their bytes, in order."""
 
 

@@ -23,6 +23,7 @@ the child instead (a pickled dataset reopens by URL), or start workers with ``sp
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
@@ -30,12 +31,14 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 import obstore
 from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
-from chute._objects._url import Location, open_location, scheme_of
+from chute._objects._cache import BlockCache
+from chute._objects._url import Location, check_options, open_location, scheme_of
+from chute._util.checks import check_int
 from chute.errors import (
     ChuteError,
     RemoteChangedError,
@@ -106,7 +109,7 @@ class RangeCache(Protocol):
 
     def read_ranges(
         self, key: str, size: int, ranges: Sequence[Range], fetch: Fetch
-    ) -> list[Buffer]: ...
+    ) -> Sequence[Buffer]: ...
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,46 @@ def open_bounded(url: Any, **options: Any) -> Location:
     return open_location(url, **bounded_options(os.fspath(url), options))
 
 
+READER_OPTIONS = ("max_in_flight", "cache_dir", "cache_bytes")
+"""The options every remote dataset takes besides its store's: requests in flight, and the
+local block cache (`chute._objects.BlockCache`)."""
+
+
+def open_reader(
+    url: Any, options: Mapping[str, Any], owner: str, keywords: Sequence[str]
+) -> ObjectReader:
+    """The `ObjectReader` of a remote dataset at ``url``: ``options`` are its store's plus
+    `READER_OPTIONS`, all checked (a misspelt one names the nearest of them and
+    ``keywords``) before any request. With ``cache_dir``, byte ranges go through a
+    `BlockCache` there holding at most ``cache_bytes`` (default: half the free space of its
+    disk), shared by every process of the host that reads through the same folder.
+
+    >>> reader = open_reader("s3://b/d", {"skip_signature": True}, "Dataset", ())
+    >>> reader.max_in_flight, reader.cache is None
+    (16, True)
+    """
+    store_options = dict(options)
+    in_flight = check_int("max_in_flight", store_options.pop("max_in_flight", 16), minimum=1)
+    cache_dir = store_options.pop("cache_dir", None)
+    cache_bytes = store_options.pop("cache_bytes", None)
+    check_options(url, store_options, owner, [*keywords, *READER_OPTIONS])
+    cache = None
+    if cache_dir is not None:
+        os.makedirs(cache_dir, exist_ok=True)  # the cache's own folder goes inside it
+        if cache_bytes is None:
+            cache_bytes = shutil.disk_usage(cache_dir).free // 2
+        cache = BlockCache(cache_dir, check_int("cache_bytes", cache_bytes, minimum=1))
+    elif cache_bytes is not None:
+        raise TypeError(f"{owner}: cache_bytes= needs cache_dir= (where the cache lives)")
+    try:
+        location = open_bounded(url, **store_options)
+        return ObjectReader(location, max_in_flight=in_flight, cache=cache, owns_cache=True)
+    except BaseException:
+        if cache is not None:
+            cache.close()
+        raise
+
+
 def merge(ranges: Sequence[Range], gap: int = MERGE_GAP, most: int = MAX_REQUEST) -> list[Range]:
     """The requests that cover ``ranges``: sorted, overlapping ones joined, neighbours less
     than ``gap`` apart joined while the request stays within ``most`` bytes (one range larger
@@ -226,6 +269,7 @@ class ObjectReader:
         *,
         max_in_flight: int = 16,
         cache: RangeCache | None = None,
+        owns_cache: bool = False,
         deadline: float = DEADLINE,
     ) -> None:
         if location.store is None:
@@ -236,6 +280,7 @@ class ObjectReader:
         self._store = location.store
         self._max_in_flight = max_in_flight
         self._cache = cache
+        self._owns_cache = owns_cache  # closed with the reader
         self._deadline = deadline
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
@@ -298,7 +343,9 @@ class ObjectReader:
                 raise ValueError(f"range {(start, end)} is outside {self.url(info.path)}")
         if self._cache is not None:
             key = f"{self.url(info.path)}\0{info.etag}\0{info.size}"
-            return self._cache.read_ranges(key, info.size, ranges, lambda r: self._fetch(info, r))
+            return list(
+                self._cache.read_ranges(key, info.size, ranges, lambda r: self._fetch(info, r))
+            )
         return self._fetch(info, ranges)
 
     def read_many(
@@ -456,6 +503,14 @@ class ObjectReader:
         for pool in pools:
             if pool is not None and not _forked_after_use:
                 pool.shutdown(wait=True)
+        cache, self._cache = self._cache, None
+        if self._owns_cache and cache is not None:
+            cast(Any, cache).close()  # a BlockCache: it leaves the host's shared folder
+
+    @property
+    def cache(self) -> RangeCache | None:
+        """The range cache reads go through, if any."""
+        return self._cache
 
 
 def _first_line(error: BaseException) -> str:

@@ -22,7 +22,7 @@ from chute._objects import (
     ObjectReader,
     check_options,
     local_path,
-    open_bounded,
+    open_reader,
     reads_remotely,
 )
 from chute._util.safe_open import inside
@@ -49,7 +49,7 @@ _R = TypeVar("_R")
 
 #: Keywords a dataset opened by URL takes besides the store's options (for the hint of a
 #: misspelt one).
-KEYWORDS = ("verify", "num_threads", "max_in_flight")
+KEYWORDS = ("verify", "num_threads")
 
 
 class Folder(Protocol):
@@ -165,10 +165,7 @@ class RemoteFolder:
     def open(cls, url: Any, options: Mapping[str, Any], owner: str) -> RemoteFolder:
         """The dataset at ``url``; ``options`` are the store's (``max_in_flight=`` aside),
         a misspelt one a ``TypeError`` before any request."""
-        options = dict(options)
-        in_flight = options.pop("max_in_flight", 16)
-        check_options(url, options, owner, KEYWORDS)
-        reader = ObjectReader(open_bounded(url, **options), max_in_flight=in_flight)
+        reader = open_reader(url, options, owner, KEYWORDS)
         try:
             return cls(reader)
         except BaseException:

@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from chute import _native
 from chute._native import codes
-from chute._objects import ObjectInfo, ObjectReader, check_options, open_bounded
+from chute._objects import ObjectInfo, ObjectReader, open_reader
 from chute._util.checks import check_optional_int
 from chute._util.cores import usable_cores
 from chute._util.renamed import call_threads, legacy_arguments
@@ -65,7 +65,7 @@ BLOCK = 0xFFFF
 FIRST_READ = 64 << 10
 _NO_CHUNK = 0xFFFF
 
-_KEYWORDS = ("mode", "codec", "level", "verify", "num_threads", "durable", "max_in_flight")
+_KEYWORDS = ("mode", "codec", "level", "verify", "num_threads", "durable")
 
 
 class RemoteStore(RecordStore, remote=True):
@@ -93,6 +93,8 @@ class RemoteStore(RecordStore, remote=True):
         verify: check every record fetched against the CRC-32C written with it.
         num_threads: cores used to decode (default: all this process may use).
         max_in_flight: requests in flight at once.
+        cache_dir, cache_bytes: a local block cache shared by the host's processes (see
+            `chute._objects.open_reader`); in ``store_options``.
         store_options: the store's options (``region=``, ``endpoint=`` ...), see
             `chute._objects.open_location`; a misspelt one is a ``TypeError``.
     """
@@ -112,7 +114,6 @@ class RemoteStore(RecordStore, remote=True):
         **store_options: Any,
     ) -> None:
         self._closed = True
-        check_options(path, store_options, "RecordStore", _KEYWORDS)
         url = path if isinstance(path, str) else repr(path)
         if mode != "r":
             raise StoreError(
@@ -120,7 +121,8 @@ class RemoteStore(RecordStore, remote=True):
                 "write datasets there with chute.write_dataset"
             )
         fmt.parse_codec(codec)
-        reader = ObjectReader(open_bounded(path, **store_options), max_in_flight=max_in_flight)
+        options = {**store_options, "max_in_flight": max_in_flight}
+        reader = open_reader(path, options, "RecordStore", _KEYWORDS)
         self._setup(reader, "", verify, num_threads, owns_reader=True)
 
     @classmethod
