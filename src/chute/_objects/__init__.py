@@ -11,6 +11,7 @@ it is the only room besides `insitu` that imports obstore.
 """
 
 from chute._objects._cache import BlockCache
+from chute._objects._errors import ConditionalWritesUnsupported, remote_error
 from chute._objects._lock import LEASE_S, RemoteLock
 from chute._objects._reader import (
     Buffer,
@@ -35,7 +36,6 @@ from chute._objects._url import (
     scheme_of,
 )
 from chute._objects._writes import (
-    ConditionalWritesUnsupported,
     Stored,
     Uploads,
     Version,
@@ -45,7 +45,6 @@ from chute._objects._writes import (
     put_always,
     put_object,
     read_object,
-    remote_error,
     sub_location,
     upload_folder,
     url_of,

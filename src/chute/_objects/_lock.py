@@ -30,9 +30,9 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Final
 
+from chute._objects._errors import ConditionalWritesUnsupported
 from chute._objects._url import Location
 from chute._objects._writes import (
-    ConditionalWritesUnsupported,
     Stored,
     Version,
     delete_keys,

@@ -34,9 +34,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 import obstore
-from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
 from chute._objects._cache import BlockCache
+from chute._objects._errors import remote_error
 from chute._objects._url import Location, check_options, open_location, scheme_of
 from chute._util.checks import check_int
 from chute.errors import (
@@ -453,19 +453,8 @@ class ObjectReader:
             return request()
         except ChuteError:
             raise
-        except FileNotFoundError:
-            raise RemoteNotFoundError(f"{self.url(path)}: no such object") from None
-        except PreconditionError:
-            raise RemoteChangedError(
-                f"{self.url(path)} changed since it was opened (its ETag no longer matches): "
-                "reopen the dataset"
-            ) from None
-        except (PermissionDeniedError, UnauthenticatedError) as e:
-            raise RemoteError(f"{self.url(path)}: access denied: {_first_line(e)}") from None
-        except Exception as e:  # obstore's GenericError, a timeout, a dropped connection
-            raise RemoteError(
-                f"{self.url(path)}: the request failed (after its retries): {_first_line(e)}"
-            ) from None
+        except Exception as e:  # obstore's errors, a timeout, a dropped connection
+            raise remote_error(self.url(path), e) from None
 
     def _run(self, calls: Sequence[Callable[[], _T]]) -> list[_T]:
         """Run ``calls`` side by side on the reader's threads and wait for all of them (at
@@ -511,8 +500,3 @@ class ObjectReader:
     def cache(self) -> RangeCache | None:
         """The range cache reads go through, if any."""
         return self._cache
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__

@@ -20,11 +20,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from chute._objects._errors import remote_error
 from chute._objects._url import Location
 from chute._util.waiting import first_failure, wait_all
 from chute.errors import (
     ChuteError,
-    RemoteChangedError,
     RemoteError,
     RemoteNotFoundError,
 )
@@ -35,11 +35,6 @@ T = TypeVar("T")
 PART_BYTES = 16 << 20
 #: Objects uploaded at once by one writer (each large one also sends parts side by side).
 UPLOADS = 8
-
-
-class ConditionalWritesUnsupported(RemoteError):
-    """The store takes no conditional put (an S3 store with ``conditional_put="disabled"``,
-    or a server that rejects ``If-None-Match``): a second writer cannot be refused there."""
 
 
 @dataclass(frozen=True)
@@ -99,23 +94,6 @@ def sub_location(location: Location, folder: str) -> Location:
     return Location(url_of(location, folder), location.scheme, deeper, None, location.writable)
 
 
-def remote_error(location: Location, key: str, error: BaseException) -> ChuteError:
-    """The chute error for an obstore failure on ``key``: `RemoteNotFoundError` for a missing
-    object, `RemoteChangedError` for a failed condition, `ConditionalWritesUnsupported`,
-    else `RemoteError`; each names the URL and the cause."""
-    from obstore.exceptions import AlreadyExistsError, NotSupportedError, PreconditionError
-
-    url = url_of(location, key)
-    cause = str(error).split("\n", 1)[0]
-    if isinstance(error, FileNotFoundError):
-        return RemoteNotFoundError(f"{url}: no such object ({cause})")
-    if isinstance(error, (AlreadyExistsError, PreconditionError)):
-        return RemoteChangedError(f"{url} was written by someone else meanwhile ({cause})")
-    if isinstance(error, (NotImplementedError, NotSupportedError)):
-        return ConditionalWritesUnsupported(f"{url}: the store takes no conditional put ({cause})")
-    return RemoteError(f"{url}: {type(error).__name__}: {cause}")
-
-
 def _call(location: Location, key: str, fn: Callable[[], T]) -> T:
     """``fn()`` with its failure as `remote_error` (chute's own errors pass through)."""
     try:
@@ -123,7 +101,7 @@ def _call(location: Location, key: str, fn: Callable[[], T]) -> T:
     except ChuteError:
         raise
     except Exception as error:
-        raise remote_error(location, key, error) from error
+        raise remote_error(url_of(location, key), error) from error
 
 
 def list_dir(location: Location, prefix: str = "") -> tuple[list[str], list[str]]:

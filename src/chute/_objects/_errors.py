@@ -1,0 +1,46 @@
+"""One translation of obstore's failures into chute's errors, for the reader and the writers:
+each names the URL, a missing object and a failed condition are their own kinds."""
+
+from __future__ import annotations
+
+from obstore.exceptions import (
+    AlreadyExistsError,
+    NotSupportedError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+)
+
+from chute.errors import ChuteError, RemoteChangedError, RemoteError, RemoteNotFoundError
+
+
+class ConditionalWritesUnsupported(RemoteError):
+    """The store takes no conditional put (an S3 store with ``conditional_put="disabled"``,
+    or a server that rejects ``If-None-Match``): a second writer cannot be refused there."""
+
+
+def remote_error(url: str, error: BaseException) -> ChuteError:
+    """The chute error for an obstore failure on the object at ``url``.
+
+    >>> str(remote_error("s3://b/d/meta.zr", FileNotFoundError("gone")))
+    's3://b/d/meta.zr: no such object (gone)'
+    """
+    cause = first_line(error)
+    if isinstance(error, FileNotFoundError):
+        return RemoteNotFoundError(f"{url}: no such object ({cause})")
+    if isinstance(error, (AlreadyExistsError, PreconditionError)):
+        return RemoteChangedError(
+            f"{url} changed since it was opened (its version no longer matches: another "
+            f"writer, or an overwrite); reopen it ({cause})"
+        )
+    if isinstance(error, (NotImplementedError, NotSupportedError)):
+        return ConditionalWritesUnsupported(f"{url}: the store takes no conditional put ({cause})")
+    if isinstance(error, (PermissionDeniedError, UnauthenticatedError)):
+        return RemoteError(f"{url}: access denied: {cause}")
+    return RemoteError(f"{url}: the request failed (after its retries): {cause}")
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message (obstore's run to many), or its type's name."""
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
