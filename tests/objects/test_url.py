@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from chute._objects import is_remote_url, open_location, scheme_of
@@ -75,3 +79,23 @@ def test_options_with_a_local_path_or_an_unknown_scheme_are_refused() -> None:
 def test_insitu_resolves_the_same_way() -> None:
     with pytest.raises(TypeError, match="did you mean 'region'"):
         open_geometries("s3://b/p.zarr", regoin="eu-west-1")
+
+
+def test_chute_imports_and_reads_locally_without_obstore(tmp_path: Path) -> None:
+    """obstore is the 'remote' extra: without it chute works on local data, and a URL says
+    which extra to install."""
+    code = f"""
+import sys
+sys.modules["obstore"] = None  # as if not installed
+import numpy as np, chute
+ds = chute.write_dataset({str(tmp_path / "d")!r}, np.arange(4))
+assert ds[:].tolist() == [0, 1, 2, 3]
+try:
+    chute.Dataset("s3://bucket/d", skip_signature=True)
+except ImportError as e:
+    assert "pip install 'chute[remote]'" in str(e), e
+else:
+    raise AssertionError("no ImportError")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -3,14 +3,6 @@ each names the URL, a missing object and a failed condition are their own kinds.
 
 from __future__ import annotations
 
-from obstore.exceptions import (
-    AlreadyExistsError,
-    NotSupportedError,
-    PermissionDeniedError,
-    PreconditionError,
-    UnauthenticatedError,
-)
-
 from chute.errors import ChuteError, RemoteChangedError, RemoteError, RemoteNotFoundError
 
 
@@ -25,6 +17,14 @@ def remote_error(url: str, error: BaseException) -> ChuteError:
     >>> str(remote_error("s3://b/d/meta.zr", FileNotFoundError("gone")))
     's3://b/d/meta.zr: no such object (gone)'
     """
+    from obstore.exceptions import (  # here: chute imports without the 'remote' extra
+        AlreadyExistsError,
+        NotSupportedError,
+        PermissionDeniedError,
+        PreconditionError,
+        UnauthenticatedError,
+    )
+
     cause = first_line(error)
     if isinstance(error, FileNotFoundError):
         return RemoteNotFoundError(f"{url}: no such object ({cause})")

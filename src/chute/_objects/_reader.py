@@ -33,8 +33,6 @@ from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
-import obstore
-
 from chute._objects._cache import BlockCache
 from chute._objects._errors import remote_error
 from chute._objects._url import Location, check_options, open_location, scheme_of
@@ -117,6 +115,7 @@ class ObjectInfo:
     """One object as first seen: its path in the store, size and ETag (``None`` where the
     store gives none). Every later read of it is checked against these.
 
+    >>> import obstore
     >>> from obstore.store import MemoryStore
     >>> from chute._objects import open_location
     >>> store = MemoryStore()
@@ -252,6 +251,7 @@ class ObjectReader:
     ones, with at most ``max_in_flight`` requests in flight; ``cache`` (a `RangeCache`) is
     read through for byte ranges when given.
 
+    >>> import obstore
     >>> from obstore.store import MemoryStore
     >>> from chute._objects import open_location
     >>> store = MemoryStore()
@@ -379,7 +379,7 @@ class ObjectReader:
 
     def _head(self, path: str, missing_ok: bool = False) -> ObjectInfo | None:
         try:
-            meta = self._call(path, lambda: obstore.head(self._store, path))
+            meta = self._call(path, lambda: _obstore().head(self._store, path))
         except RemoteNotFoundError:
             if missing_ok:
                 return None
@@ -392,7 +392,7 @@ class ObjectReader:
         """One GET of the object: its first ``n`` bytes; with ``whole``, all of it, or an
         `UnsafeFileError` if it holds more than ``n`` (the body then never read)."""
         try:
-            result = self._call(path, lambda: obstore.get(self._store, path))
+            result = self._call(path, lambda: _obstore().get(self._store, path))
         except RemoteNotFoundError:
             if missing_ok:
                 return None
@@ -426,7 +426,9 @@ class ObjectReader:
         options: GetOptions = {"range": request}
         if info.etag is not None:
             options["if_match"] = info.etag
-        result = self._call(info.path, lambda: obstore.get(self._store, info.path, options=options))
+        result = self._call(
+            info.path, lambda: _obstore().get(self._store, info.path, options=options)
+        )
         meta = result.meta
         etag, size = meta.get("e_tag"), int(meta["size"])
         if size != info.size or (info.etag is not None and etag not in (None, info.etag)):
@@ -500,3 +502,10 @@ class ObjectReader:
     def cache(self) -> RangeCache | None:
         """The range cache reads go through, if any."""
         return self._cache
+
+
+def _obstore() -> Any:
+    """obstore, imported on first use: chute imports without the ``remote`` extra."""
+    import obstore
+
+    return obstore
