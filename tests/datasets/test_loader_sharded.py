@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chute import DataLoader, Dataset, RaggedDataset, write_dataset, write_ragged
+import chute
+from chute import DataLoader, Dataset, EvalPass, RaggedDataset, write_dataset, write_ragged
 from chute.datasets import ShardedStore
 from tests.datasets.conftest import Serve
 
@@ -81,3 +82,19 @@ def test_a_host_opens_only_the_shards_of_its_slice(tmp_path: Path, serve: Serve)
             want = [0] * 8
             want[host], want[host + 4] = 2, 1
             assert list(store.gathers) == want
+
+
+def test_an_evaluation_pass_and_its_host_slices_read_every_record_once(
+    tmp_path: Path, serve: Serve
+) -> None:
+    rows = np.arange(230 * 3, dtype=np.int32).reshape(230, 3)
+    ds = serve(chute.write_dataset(tmp_path / "e", rows, shard_records=50))
+    with ds, EvalPass({"x": ds}, batch_size=32) as whole:
+        got = np.concatenate([b["x"] for b in whole])
+        assert np.array_equal(got, rows)  # in order, partial last batch
+        hosts = []
+        for host in range(2):
+            with EvalPass({"x": ds}, batch_size=32, last="pad", shard=(host, 2)) as part:
+                hosts.append(np.concatenate([b["x"][b["mask"]] for b in part]))
+        together = np.concatenate(hosts)
+        assert sorted(together[:, 0].tolist()) == rows[:, 0].tolist()
