@@ -158,9 +158,7 @@ def _litdata_row(npys: dict[str, str], i: int) -> dict[str, bytes]:
     return {k: np.load(p, mmap_mode="r")[i].tobytes() for k, p in npys.items()}
 
 
-def litdata_write(
-    path: Path, columns: Columns, chunk_size: int | None = None, compression: str | None = None
-) -> None:
+def litdata_write(path: Path, columns: Columns, chunk_size: int | None = None) -> None:
     """``litdata.optimize`` in one worker; rows come from .npy copies (workers reopen them).
     Chunks of 64 MB, or of ``chunk_size`` records when given."""
     import multiprocessing
@@ -176,8 +174,8 @@ def litdata_write(
     n = len(next(iter(columns.values())))
     litdata.optimize(
         fn=functools.partial(_litdata_row, npys), inputs=list(range(n)), output_dir=str(path),
-        chunk_bytes=None if chunk_size else "64MB", chunk_size=chunk_size,
-        compression=compression, num_workers=1, mode="overwrite",
+        chunk_bytes=None if chunk_size else "64MB", chunk_size=chunk_size, num_workers=1,
+        mode="overwrite",
     )  # fmt: skip
     for p in npys.values():
         os.unlink(p)

@@ -70,7 +70,8 @@ _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te
 
 
 class _Counting(BaseHTTPRequestHandler):
-    """Forwards each request to moto over a kept-alive connection and counts it."""
+    """Forwards each request to moto and counts it (connections kept alive or closed as moto
+    does)."""
 
     protocol_version = "HTTP/1.1"
     upstream = ("127.0.0.1", 0)
@@ -135,6 +136,9 @@ class _Counting(BaseHTTPRequestHandler):
         else:
             data = resp.read()
             length, pieces = str(len(data)), iter([data])
+        if resp.will_close:  # moto closes every connection: so does the proxy, as moto would
+            out.append(("Connection", "close"))
+            self.close_connection = True
         sent = self._send(resp.status, [*out, ("Content-Length", length or "0")], pieces)
         with self.lock:
             self.counts["requests"] += 1
@@ -194,8 +198,8 @@ def write_formats(root: Path, images: np.ndarray, shard_records: int, codec: str
         per_record = images[0].nbytes + 8  # MDS stores a size and an offset per record
         limit = shard_records * per_record + 64  # and a small header per shard
         _peers.mds_write(root / "mds", columns, zstd, size_limit=limit)
-    if _peers.available("litdata"):
-        _peers.litdata_write(root / "lit", columns, shard_records, "zstd" if zstd else None)
+    if _peers.available("litdata"):  # uncompressed: its compression= leaves chunks raw here
+        _peers.litdata_write(root / "lit", columns, shard_records)
 
 
 def upload(endpoint: str, folder: Path, prefix: str) -> int:
@@ -241,35 +245,50 @@ class Reference:
         return self.order[at]
 
 
-def measure(
-    cfg: dict[str, Any], t0: float, epoch: Callable[[int], Iterator[np.ndarray]]
-) -> list[dict[str, Any]]:
-    """Each epoch's time (epoch 0 from ``t0``, the opening), records, distinct records, the
-    proxy's GETs and bytes while it ran, and the cache's size on disk at its end."""
+@dataclass
+class Start:
+    """A session's beginning: the reference built (not timed), then the proxy's counters and
+    the time, just before the dataset is opened."""
+
+    ref: Reference
+    before: dict[str, int]
+    t0: float
+
+
+def begin(cfg: dict[str, Any]) -> Start:
     ref = Reference(np.load(cfg["images"], mmap_mode="r"))
-    proxy, cache = cfg.get("proxy"), cfg.get("cache_dir")
+    before = counts(cfg["proxy"])
+    return Start(ref, before, time.perf_counter())
+
+
+def measure(
+    cfg: dict[str, Any], start: Start, epoch: Callable[[int], Iterator[np.ndarray]]
+) -> list[dict[str, Any]]:
+    """Each epoch's time (epoch 0's from ``start``, so opening counts), records, distinct
+    records, the proxy's requests, GETs and GET bytes meanwhile, and the cache's size on disk
+    at its end."""
+    ref, before, t0 = start.ref, start.before, start.t0
+    cache = cfg.get("cache_dir")
     out: list[dict[str, Any]] = []
-    start, before = t0, counts(proxy) if proxy else {}
     for e in range(EPOCHS):
         seen = np.zeros(len(ref.images), bool)
         records, first = 0, None
         for batch in epoch(e):
             at = ref.positions(batch)
             if first is None:
-                first = time.perf_counter() - start
+                first = time.perf_counter() - t0
                 if not np.array_equal(batch, ref.images[at]):
                     raise AssertionError("the first batch differs from the records written")
             seen[at] = True
             records += len(batch)
         end = time.perf_counter()
-        after = counts(proxy) if proxy else {}
+        after = counts(cfg["proxy"])
         out.append({
-            "seconds": end - start, "first_batch_s": first, "records": records,
-            "distinct": int(seen.sum()),
-            **{k: after[k] - before[k] for k in after},
+            "seconds": end - t0, "first_batch_s": first, "records": records,
+            "distinct": int(seen.sum()), **{k: after[k] - before[k] for k in after},
             "cache_bytes": disk_bytes(Path(cache)) if cache else 0,
         })  # fmt: skip
-        start, before = end, after
+        t0, before = end, after
     return out
 
 
@@ -277,7 +296,7 @@ def session_chute(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """chute on the local copy, or on ``s3://`` through the proxy with a cache."""
     import chute
 
-    t0 = time.perf_counter()
+    start = begin(cfg)
     if cfg["url"].startswith("s3://"):
         options = {**CREDENTIALS, "endpoint": cfg["proxy"], "client_options": {"allow_http": True}}
         cache = {"cache_dir": cfg["cache_dir"], "cache_bytes": cfg["cache_bytes"]}
@@ -292,7 +311,7 @@ def session_chute(cfg: dict[str, Any]) -> list[dict[str, Any]]:
                           **sampler)  # fmt: skip
     steps = cfg["records"] // cfg["batch"]
     try:
-        return measure(cfg, t0, lambda e: (b["x"] for b in itertools.islice(dl, steps)))
+        return measure(cfg, start, lambda e: (b["x"] for b in itertools.islice(dl, steps)))
     finally:
         dl.close()
         ds.close()
@@ -307,7 +326,7 @@ def session_streaming(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     _peers._streaming()  # its torchvision workaround
     from streaming import StreamingDataLoader, StreamingDataset
 
-    t0 = time.perf_counter()
+    start = begin(cfg)
     ds = StreamingDataset(
         remote=cfg["url"], local=cfg["cache_dir"], cache_limit=cfg["cache_bytes"],
         shuffle=True, shuffle_seed=0, batch_size=cfg["batch"],
@@ -316,14 +335,18 @@ def session_streaming(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         ds, batch_size=cfg["batch"], num_workers=THREADS, collate_fn=_peers.collate(_like(cfg)),
         persistent_workers=True, drop_last=True,
     )  # fmt: skip
-    return measure(cfg, t0, lambda e: (b["data"] for b in dl))
+    return measure(cfg, start, lambda e: (b["data"] for b in dl))
 
 
 def session_litdata(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """LitData's StreamingDataset and StreamingDataLoader on its optimized chunks."""
     import litdata
+    from litdata.streaming import downloader
 
-    t0 = time.perf_counter()
+    # LitData fetches chunks through obstore, which refuses a plain-http endpoint such as
+    # moto's unless told to, and LitData has no option for it
+    downloader._OBSTORE_CLIENT_OPTIONS = {**downloader._OBSTORE_CLIENT_OPTIONS, "allow_http": True}
+    start = begin(cfg)
     storage = {"endpoint_url": cfg["proxy"], "aws_access_key_id": "testing",
                "aws_secret_access_key": "testing", "region_name": "us-east-1"}  # fmt: skip
     ds = litdata.StreamingDataset(
@@ -334,7 +357,7 @@ def session_litdata(cfg: dict[str, Any]) -> list[dict[str, Any]]:
         ds, batch_size=cfg["batch"], num_workers=THREADS, collate_fn=_peers.collate(_like(cfg)),
         drop_last=True,
     )  # fmt: skip
-    return measure(cfg, t0, lambda e: (b["data"] for b in dl))
+    return measure(cfg, start, lambda e: (b["data"] for b in dl))
 
 
 SESSIONS = {"chute": session_chute, "streaming": session_streaming, "litdata": session_litdata}
@@ -550,6 +573,8 @@ def main() -> None:
                              ("shard_records", 250, 25), ("rounds", 3, 1)):  # fmt: skip
         if getattr(args, name) is None:
             setattr(args, name, tiny if args.tiny else full)
+    # the moto_server of this Python's environment, before any other on the PATH
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     images = structured(args.records)
     if len(np.unique(fingerprints(images.reshape(len(images), -1)))) != len(images):
         raise SystemExit("two records share a fingerprint: raise FINGERPRINT_BYTES")
