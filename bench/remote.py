@@ -27,7 +27,7 @@ byte for byte), so a row also says how many distinct records its epoch delivered
 from __future__ import annotations
 
 import argparse
-import http.client
+import contextlib
 import itertools
 import json
 import os
@@ -36,19 +36,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import _peers
 import numpy as np
 from _charts import ratio_chart
+from _s3proxy import counts, start_proxy
 from insitu import start_moto
 from store import disk_bytes, structured
 
@@ -60,117 +59,6 @@ BUCKET = "bench"
 THREADS = 2  # threads or loader workers, for everyone (as bench/loader.py)
 EPOCHS = 2
 CREDENTIALS = {"region": "us-east-1", "access_key_id": "testing", "secret_access_key": "testing"}
-COUNTS_PATH = "/__counts__"  # no bucket can be named so: the proxy answers it itself
-
-
-# -- the counting proxy ---------------------------------------------------------------------
-
-_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
-        "upgrade", "expect", "content-length"}  # fmt: skip
-
-
-class _Counting(BaseHTTPRequestHandler):
-    """Forwards each request to moto and counts it (connections kept alive or closed as moto
-    does)."""
-
-    protocol_version = "HTTP/1.1"
-    upstream = ("127.0.0.1", 0)
-    counts: ClassVar[dict[str, int]] = {"requests": 0, "gets": 0, "get_bytes": 0}
-    lock = threading.Lock()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _body(self) -> bytes | None:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            parts = []
-            while size := int(self.rfile.readline().split(b";")[0], 16):
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                pass  # trailers
-            return b"".join(parts)
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else None
-
-    def _send(self, status: int, headers: list[tuple[str, str]], body: Iterable[bytes]) -> int:
-        self.send_response_only(status)
-        for k, v in headers:
-            self.send_header(k, v)
-        self.end_headers()
-        sent = 0
-        for piece in body:
-            self.wfile.write(piece)
-            sent += len(piece)
-        return sent
-
-    def _forward(self) -> None:
-        if self.path == COUNTS_PATH:
-            with self.lock:
-                doc = json.dumps(self.counts).encode()
-            self._send(200, [("Content-Length", str(len(doc)))], [doc])
-            return
-        body = self._body()
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-        if body is not None:
-            headers["Content-Length"] = str(len(body))
-        for attempt in range(2):  # moto may have closed the kept-alive connection
-            conn = getattr(self, "_conn", None) or http.client.HTTPConnection(*self.upstream)
-            self._conn = conn
-            try:
-                conn.request(self.command, self.path, body=body, headers=headers)
-                resp = conn.getresponse()
-                break
-            except (ConnectionError, http.client.HTTPException):
-                conn.close()
-                self._conn = None
-                if attempt:
-                    raise
-        out = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP]
-        if self.command == "HEAD":
-            length, pieces = resp.getheader("Content-Length"), iter(())
-            resp.read()
-        elif resp.length is not None:  # streamed as it comes
-            length = str(resp.length)
-            pieces = iter(lambda: resp.read(1 << 20), b"")
-        else:
-            data = resp.read()
-            length, pieces = str(len(data)), iter([data])
-        if resp.will_close:  # moto closes every connection: so does the proxy, as moto would
-            out.append(("Connection", "close"))
-            self.close_connection = True
-        sent = self._send(resp.status, [*out, ("Content-Length", length or "0")], pieces)
-        with self.lock:
-            self.counts["requests"] += 1
-            if self.command == "GET":
-                self.counts["gets"] += 1
-                self.counts["get_bytes"] += sent
-
-    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
-
-
-def serve_proxy(upstream: str) -> None:
-    """The proxy process: print its port, then serve until terminated."""
-    host, port = upstream.removeprefix("http://").rsplit(":", 1)
-    _Counting.upstream = (host, int(port))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
-    server.daemon_threads = True
-    print(server.server_address[1], flush=True)
-    server.serve_forever()
-
-
-def start_proxy(upstream: str) -> tuple[subprocess.Popen[str], str]:
-    cmd = [sys.executable, __file__, "--proxy", upstream]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    port = int(proc.stdout.readline())
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def counts(endpoint: str) -> dict[str, int]:
-    """The proxy's counters: requests, GETs and bytes of GET bodies sent, since it started."""
-    with urllib.request.urlopen(endpoint + COUNTS_PATH, timeout=30) as r:
-        return dict(json.load(r))
 
 
 # -- data -----------------------------------------------------------------------------------
@@ -505,6 +393,21 @@ def targets(cs: list[Contender], rows: dict[str, Any], stored: dict[str, int]) -
     return lines
 
 
+def _versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in ("mosaicml-streaming", "litdata", "moto"):
+        with contextlib.suppress(PackageNotFoundError):
+            out.append(f"{name} {version(name)}")
+    return ", ".join(out)
+
+
+def _g(v: float) -> str:
+    """Three significant figures, without an exponent for the sizes here."""
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 def report(
     args: argparse.Namespace, cs: list[Contender], rows: dict[str, Any], stored: dict[str, int]
 ) -> str:
@@ -513,13 +416,16 @@ def report(
         "# Datasets in object storage",
         "",
         f"{args.records} records of 3x64x64 uint8 (the store benchmark's images), codec "
-        f"{args.codec}, shards of {args.shard_records} records in every format, in a moto S3 "
+        f"{args.codec} for chute and MDS (LitData leaves its chunks uncompressed when asked "
+        f"for zstd: they are raw here), shards of {args.shard_records} records in every "
+        f"format, in a moto S3 "
         f"server on 127.0.0.1 behind a counting proxy; batch {args.batch}, {THREADS} threads or "
         f"loader workers each, random order, {EPOCHS} epochs per session in a process of its "
         f"own (epoch 0 includes opening the dataset), medians of {args.rounds} interleaved "
         f"rounds. Stored: {', '.join(f'{k} {v / MiB:.1f} MiB' for k, v in stored.items())}. "
         "GETs and bytes fetched are counted at the proxy, per epoch; fetched / stored is over "
-        "the bytes of that format in the bucket; the cache is measured at the epoch's end.",
+        "the bytes of that format in the bucket; the cache is measured at the epoch's end. "
+        f"Versions: {_versions()}.",
         "",
         "| row | MiB/s | x chute local | first batch s | records (distinct) | GETs "
         "| MiB fetched | fetched / stored | cache on disk MiB |",
@@ -532,15 +438,29 @@ def report(
         net = "| - | - | - | - |"
         if r["remote"]:
             share = r["get_bytes"] / stored[r["fmt"]]
-            net = (f"| {r['gets']:.0f} | {r['get_bytes'] / MiB:.1f} | {share:.2f}x "
-                   f"| {r['cache_bytes'] / MiB:.1f} |")  # fmt: skip
+            net = (f"| {r['gets']:.0f} | {_g(r['get_bytes'] / MiB)} | {_g(share)}x "
+                   f"| {_g(r['cache_bytes'] / MiB)} |")  # fmt: skip
         lines.append(
-            f"| {name} | {r['mibps']:.0f} | {r['mibps'] / local['mibps']:.2f}x "
-            f"| {r['first_batch_s']:.3f} | {r['records']:.0f} ({r['distinct']}) " + net
+            f"| {name} | {_g(r['mibps'])} | {_g(r['mibps'] / local['mibps'])}x "
+            f"| {_g(r['first_batch_s'])} | {r['records']:.0f} ({r['distinct']}) " + net
         )
     lines += ["", "| target | measured | goal | met |", "|---|---:|---:|---|",
               *targets(cs, rows, stored)]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 onto 2 meanwhile (the writers' own worker processes included)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def main() -> None:
@@ -561,11 +481,7 @@ def main() -> None:
     p.add_argument("--tiny", action="store_true", help="a quick smoke run; writes no results")
     p.add_argument("--peers-only", action="store_true", help="leave out chute's s3:// rows")
     p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
-    p.add_argument("--proxy", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.proxy:
-        serve_proxy(args.proxy)
-        return
     if args.worker:
         worker_main(*args.worker)
         return
@@ -583,7 +499,8 @@ def main() -> None:
         root = Path(tmp)
         np.save(root / "images.npy", images)
         print("writing chute, MDS and LitData shards", file=sys.stderr)
-        write_formats(root, images, args.shard_records, args.codec)
+        with _stdout_to_stderr():  # LitData's writer talks; stdout is for the report
+            write_formats(root, images, args.shard_records, args.codec)
         moto, endpoint = start_moto()
         proxy_proc, proxy = start_proxy(endpoint)
         try:
