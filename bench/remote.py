@@ -480,7 +480,7 @@ def main() -> None:
         help="shards per window (default: half the shards the small cache holds)",
     )
     p.add_argument("--rounds", type=int, default=None, help="3 (--tiny: 1)")
-    p.add_argument("--timeout", type=float, default=900, help="seconds a session may take")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds a session may take")
     p.add_argument("--tiny", action="store_true", help="a quick smoke run; writes no results")
     p.add_argument("--peers-only", action="store_true", help="leave out chute's s3:// rows")
     p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
