@@ -117,6 +117,7 @@ bench:
 	$(BENCH)/python bench/loader.py --plot
 	$(BENCH)/python bench/metrics.py --plot bench/results/metrics.png
 	$(BENCH)/python bench/insitu.py --s3 --plot
+	$(BENCH)/python bench/remote.py
 	$(BENCH)/python bench/scale.py --plot
 
 clean:

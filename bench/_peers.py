@@ -121,12 +121,13 @@ def _streaming() -> types.ModuleType:
     return streaming
 
 
-def mds_write(path: Path, columns: Columns, zstd: bool) -> None:
+def mds_write(path: Path, columns: Columns, zstd: bool, size_limit: int = 1 << 27) -> None:
+    """MDS shards of at most ``size_limit`` bytes each (before compression)."""
     streaming = _streaming()
     spec = dict.fromkeys(columns, "bytes")
     n = len(next(iter(columns.values())))
     with streaming.MDSWriter(
-        out=str(path), columns=spec, compression="zstd" if zstd else None, size_limit=1 << 27
+        out=str(path), columns=spec, compression="zstd" if zstd else None, size_limit=size_limit
     ) as w:
         for i in range(n):
             w.write({k: a[i].tobytes() for k, a in columns.items()})
@@ -157,8 +158,9 @@ def _litdata_row(npys: dict[str, str], i: int) -> dict[str, bytes]:
     return {k: np.load(p, mmap_mode="r")[i].tobytes() for k, p in npys.items()}
 
 
-def litdata_write(path: Path, columns: Columns) -> None:
-    """``litdata.optimize`` in one worker; rows come from .npy copies (workers reopen them)."""
+def litdata_write(path: Path, columns: Columns, chunk_size: int | None = None) -> None:
+    """``litdata.optimize`` in one worker; rows come from .npy copies (workers reopen them).
+    Chunks of 64 MB, or of ``chunk_size`` records when given."""
     import multiprocessing
 
     import litdata
@@ -172,7 +174,8 @@ def litdata_write(path: Path, columns: Columns) -> None:
     n = len(next(iter(columns.values())))
     litdata.optimize(
         fn=functools.partial(_litdata_row, npys), inputs=list(range(n)), output_dir=str(path),
-        chunk_bytes="64MB", num_workers=1, mode="overwrite",
+        chunk_bytes=None if chunk_size else "64MB", chunk_size=chunk_size, num_workers=1,
+        mode="overwrite",
     )  # fmt: skip
     for p in npys.values():
         os.unlink(p)
