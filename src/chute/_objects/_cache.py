@@ -41,10 +41,12 @@ only when a publish finds the budget full.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import struct
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from chute._native import crc32c
@@ -62,6 +64,8 @@ _HEAD = struct.Struct("<8sI4x32sQQ")
 _MAGIC = b"CHUTEBK1"
 _CRC_END = 12  # the header's CRC covers it from here on
 PAGE_BYTES = 64 << 10
+_MAPPED = 64  # block files a process keeps mapped (their pages checked) at most
+_TOUCH_S = 1.0  # a mapped block is read from its mapping, its file touched at most this often
 """The unit of the checksums in a block file: a read checks the pages it serves."""
 _STRIPES = 4096
 _POLL_FIRST, _POLL_MAX = 0.0005, 0.02  # seconds between looks at blocks others fetch
@@ -136,6 +140,8 @@ class BlockCache(Closing):
             holds="something other than chute's blocks of this size",
         )
         self._closed = False
+        self._maps: OrderedDict[str, _Mapped] = OrderedDict()  # this process's, newest last
+        self._maps_lock = threading.Lock()
         names = ("hits", "misses", "fetched_bytes", "published", "discarded")
         self._counts = dict.fromkeys(names, 0)
         self._count_lock = threading.Lock()
@@ -232,6 +238,16 @@ class BlockCache(Closing):
         the offset in the block where it starts; ``None`` if absent or damaged. With
         ``held`` (the caller holds its lock, so nobody publishes it meanwhile) a damaged
         file is removed, to be fetched again."""
+        with self._maps_lock:
+            mapped = self._maps.get(name)
+        if mapped is not None and time.monotonic() - mapped.touched < _TOUCH_S:
+            try:  # a block this process mapped and checked: its bytes cannot have changed
+                part = mapped.read(span)
+            except _Damaged:
+                pass  # looked at again through its file below
+            else:
+                self._count(hits=1)
+                return part
         try:
             fd = self._folder.open(name)
         except FileNotFoundError:
@@ -240,15 +256,35 @@ class BlockCache(Closing):
             self._damaged(name, held)
             return None
         try:
-            part = _read(fd, digest, index, length, span)
+            mapped = self._mapped(name, fd, digest, index, length)
+            part = mapped.read(span)
             self._folder.touch(fd)  # most recently used
+            mapped.touched = time.monotonic()
         except _Damaged:
+            with self._maps_lock:
+                self._maps.pop(name, None)
             self._damaged(name, held)
             return None
         finally:
             os.close(fd)
         self._count(hits=1)
         return part
+
+    def _mapped(self, name: str, fd: int, digest: bytes, index: int, length: int) -> _Mapped:
+        """The block file open at ``fd``, mapped: the mapping this process made of that same
+        file before (its pages checked once each), or a new one once its header checks."""
+        ino = os.fstat(fd).st_ino
+        with self._maps_lock:
+            mapped = self._maps.get(name)
+            if mapped is not None and mapped.ino == ino:
+                self._maps.move_to_end(name)
+                return mapped
+        mapped = _Mapped(fd, ino, digest, index, length)
+        with self._maps_lock:
+            self._maps[name] = mapped
+            while len(self._maps) > _MAPPED:  # a dropped map goes when its last view does
+                self._maps.popitem(last=False)
+        return mapped
 
     def _damaged(self, name: str, held: bool) -> None:
         if held:
@@ -362,29 +398,41 @@ class _Reading:
             self.cache._publish(self._name(i), self.digest, i, view)
 
 
-def _read(
-    fd: int, digest: bytes, index: int, length: int, span: tuple[int, int]
-) -> tuple[int, memoryview]:
-    """From the block file open at ``fd``, if it is block ``index`` (of ``length`` bytes) of
-    the object whose key hashes to ``digest``: the pages covering ``span``, checked, and the
-    offset in the block where they start; else `_Damaged`."""
-    head_bytes = _header_bytes(length)
-    if os.fstat(fd).st_size != head_bytes + length:
-        raise _Damaged("size")
-    try:
-        head = pread_exact(fd, head_bytes, 0)
+class _Mapped:
+    """A published block file mapped read-only, its header checked; each 64 KiB page is
+    checked against its CRC-32C the first time a read covers it, and served from the mapping
+    after that. Published files are never written in place (a new version is a new file,
+    renamed over it), so a page checked once stays what was checked."""
+
+    def __init__(self, fd: int, ino: int, digest: bytes, index: int, length: int) -> None:
+        head_bytes = _header_bytes(length)
+        if os.fstat(fd).st_size != head_bytes + length:
+            raise _Damaged("size")
+        try:
+            head = pread_exact(fd, head_bytes, 0)
+        except EOFError:
+            raise _Damaged("cut short") from None
         magic, crc, held_digest, held_index, held_length = _HEAD.unpack_from(head)
         if (magic, held_digest, held_index, held_length) != (_MAGIC, digest, index, length):
             raise _Damaged("another block's file")
         if crc32c(memoryview(head)[_CRC_END:]) != crc:
             raise _Damaged("header checksum")
+        npages = -(-length // PAGE_BYTES)
+        self.ino, self.length, self.head_bytes = ino, length, head_bytes
+        self.sums = struct.unpack_from(f"<{npages}I", head, _HEAD.size)
+        self.checked = bytearray(npages)
+        self.touched = 0.0  # when this process last marked the file most recently used
+        self.view = memoryview(mmap.mmap(fd, head_bytes + length, prot=mmap.PROT_READ))
+
+    def read(self, span: tuple[int, int]) -> tuple[int, memoryview]:
+        """The pages covering ``span`` (checked, once each) and where in the block they start."""
         first, last = span[0] // PAGE_BYTES, (span[1] - 1) // PAGE_BYTES
-        start, end = first * PAGE_BYTES, min((last + 1) * PAGE_BYTES, length)
-        view = memoryview(pread_exact(fd, end - start, head_bytes + start))
-    except EOFError:
-        raise _Damaged("cut short") from None
-    pages = struct.unpack_from(f"<{last - first + 1}I", head, _HEAD.size + 4 * first)
-    for k, want in enumerate(pages):
-        if crc32c(view[k * PAGE_BYTES : (k + 1) * PAGE_BYTES]) != want:
-            raise _Damaged("page checksum")
-    return start, view
+        start, end = first * PAGE_BYTES, min((last + 1) * PAGE_BYTES, self.length)
+        view = self.view[self.head_bytes + start : self.head_bytes + end]
+        for page in range(first, last + 1):
+            if not self.checked[page]:
+                k = page - first
+                if crc32c(view[k * PAGE_BYTES : (k + 1) * PAGE_BYTES]) != self.sums[page]:
+                    raise _Damaged("page checksum")
+                self.checked[page] = 1
+        return start, view
