@@ -117,8 +117,8 @@ bench:
 	$(BENCH)/python bench/loader.py --plot
 	$(BENCH)/python bench/metrics.py --plot bench/results/metrics.png
 	$(BENCH)/python bench/insitu.py --s3 --plot
-	$(BENCH)/python bench/remote.py
 	$(BENCH)/python bench/scale.py --plot
+	$(BENCH)/python bench/remote.py --rounds 2
 
 clean:
 	rm -rf $(VENV) $(VENV_TF) .venv-3.* .venv-bench build dist site src/*.egg-info src/chute/_native/*.so
