@@ -72,10 +72,20 @@ def check_range(snap: Snapshot, idx: npt.NDArray[np.int64]) -> None:
             raise GatherFailed(codes.GE_INDEX, bad, int(idx[bad]))
 
 
+Decode = Callable[..., int]
+"""A gather with `gather`'s signature: a mapped store's, or one that fetches the records first."""
+
+
 def packed(
-    snap: Snapshot, idx: npt.NDArray[np.int64], *, verify: bool, threads: int
+    snap: Snapshot,
+    idx: npt.NDArray[np.int64],
+    *,
+    verify: bool,
+    threads: int,
+    decode: Decode = gather,
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64], int]:
-    """Records end to end, their n+1 offsets, and how many had no checksum to match."""
+    """Records end to end, their n+1 offsets, and how many had no checksum to match
+    (``decode`` gathers them: `gather` by default)."""
     check_range(snap, idx)
     offsets = np.zeros(len(idx) + 1, np.uint64)
     lengths = snap.table["logic_length"][idx]
@@ -85,7 +95,7 @@ def packed(
         raise GatherFailed(codes.GE_TOO_LARGE, bad, int(lengths[bad]))
     np.cumsum(lengths, out=offsets[1:])
     values = np.empty(int(offsets[-1]), np.uint8)
-    unchecked = gather(snap, idx, values, 0, offsets, verify=verify, threads=threads)
+    unchecked = decode(snap, idx, values, 0, offsets, verify=verify, threads=threads)
     return values, offsets, unchecked if len(idx) else 0
 
 
@@ -207,10 +217,6 @@ class VerifyReport(TypedDict):
 VERIFY_STEP = 16 << 20
 
 
-Packed = Callable[..., tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64], int]]
-"""`packed`'s signature: ``(snap, idx, *, verify, threads)``; a remote store reads its own."""
-
-
 def verify(
     snap: Snapshot,
     path: Path | str,
@@ -218,14 +224,14 @@ def verify(
     batch: int,
     threads: int,
     progress: Callable[[int, int], None] | None = None,
-    read: Packed = packed,
+    decode: Decode = gather,
 ) -> VerifyReport:
     """Decode every record and check its checksum; damage is reported, not raised.
 
     ``checked`` records decoded and matched their checksum, ``unchecked`` decoded but had
     none to match (another tool wrote them), ``damaged`` lists (index, message) of the rest.
     Steps hold at most ``batch`` records and about 16 MiB; ``progress(done, total)`` gets the
-    decoded bytes after each. ``read`` decodes a step (`packed`, or a remote store's own).
+    decoded bytes after each. ``decode`` gathers a step (`gather`, or a remote store's own).
     """
     damaged: list[tuple[int, str]] = []
     unchecked = 0
@@ -238,7 +244,7 @@ def verify(
         stop = int(np.searchsorted(ends, reach, side="right"))
         idx = np.arange(start, max(start + 1, min(start + batch, stop)), dtype=np.int64)
         try:
-            unchecked += read(snap, idx, verify=True, threads=threads)[2]
+            unchecked += packed(snap, idx, verify=True, threads=threads, decode=decode)[2]
             start = int(idx[-1]) + 1
         except GatherFailed as failed:
             error = error_for(snap, path, failed, idx, 0)
@@ -246,7 +252,8 @@ def verify(
                 raise error from None
             bad = start + failed.pos
             if failed.pos:  # those before it are fine: count them
-                unchecked += read(snap, idx[: failed.pos], verify=True, threads=threads)[2]
+                head = idx[: failed.pos]
+                unchecked += packed(snap, head, verify=True, threads=threads, decode=decode)[2]
             damaged.append((bad, str(error)))
             start = bad + 1
         if progress is not None:

@@ -30,7 +30,7 @@ from chute._native import codes
 from chute._objects import ObjectInfo, ObjectReader, open_reader
 from chute._util.checks import check_optional_int
 from chute._util.cores import usable_cores
-from chute._util.renamed import call_threads, legacy_arguments
+from chute._util.renamed import legacy_arguments
 from chute.errors import (
     CorruptStoreError,
     RemoteChangedError,
@@ -52,8 +52,7 @@ from chute.store._files import (
     lost_sums,
     parse_sums,
 )
-from chute.store._index import IndexLike, as_indices, flat_int64
-from chute.store._out import check_out, out_stride
+from chute.store._out import check_out
 from chute.store._read import VerifyReport
 from chute.store._store import Mode, RecordStore
 
@@ -398,7 +397,10 @@ class RemoteStore(RecordStore, remote=True):
         buffers = self._fetch(snap, idx, stride)
         unchecked = 0
         blocks = range(0, len(idx), BLOCK)
-        flat = memoryview(dst).cast("B") if len(blocks) > 1 and offsets is None else None
+        split = len(blocks) > 1 and offsets is None
+        if split:
+            check_out(dst)  # before it is cut into blocks: its problem named, as locally
+        flat = memoryview(dst).cast("B") if split else None
         for a in blocks:
             b = min(a + BLOCK, len(idx))
             staged, local = _stage(snap, idx[a:b], buffers[a:b], verify=verify)
@@ -414,92 +416,6 @@ class RemoteStore(RecordStore, remote=True):
                     detail = len(snap.sums)
                 raise _read.GatherFailed(failed.code, a + failed.pos, detail) from None
         return unchecked
-
-    def _packed(
-        self, snap: Snapshot, idx: npt.NDArray[np.int64], *, verify: bool, threads: int
-    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64], int]:
-        """`_read.packed`, fetching the records first."""
-        _read.check_range(snap, idx)
-        lengths = snap.table["logic_length"][idx]
-        too_large = lengths > fmt.MAX_RECORD
-        if too_large.any():  # damage: never size a buffer from it
-            bad = int(np.argmax(too_large))
-            raise _read.GatherFailed(codes.GE_TOO_LARGE, bad, int(lengths[bad]))
-        offsets = np.zeros(len(idx) + 1, np.uint64)
-        np.cumsum(lengths, out=offsets[1:])
-        values = np.empty(int(offsets[-1]), np.uint8)
-        unchecked = 0
-        if len(idx):
-            unchecked = self._decode(
-                snap, idx, values, 0, offsets[:-1], verify=verify, threads=threads
-            )
-        return values, offsets, unchecked
-
-    def gather(
-        self,
-        indices: IndexLike,
-        out: npt.NDArray[Any] | None = None,
-        *,
-        num_threads: int | None = None,
-        threads: int | None = None,
-    ) -> npt.NDArray[Any]:
-        """Decode equal-size records into rows of ``out`` (see `RecordStore.gather`)."""
-        cores = call_threads("RecordStore.gather", num_threads, threads, self._threads)
-        self._check_open()
-        idx = flat_int64(as_indices(indices))
-        n = len(idx)
-        if out is None:
-            size = int(self.lengths(idx[:1])[0]) if n else 0
-            out = np.empty((n, size), np.uint8)
-        if n == 0:
-            return out
-        if n > BLOCK:
-            check_out(out)
-        stride = out_stride(out, n)
-        dst = out
-        self._read(
-            idx, stride,
-            lambda s: self._decode(s, idx, dst, stride, None, verify=self._verify, threads=cores),
-        )  # fmt: skip
-        return out
-
-    def gather_packed(
-        self,
-        indices: IndexLike,
-        *,
-        num_threads: int | None = None,
-        threads: int | None = None,
-    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
-        """Decode records of any sizes end to end (see `RecordStore.gather_packed`)."""
-        cores = call_threads("RecordStore.gather_packed", num_threads, threads, self._threads)
-        idx = flat_int64(as_indices(indices))
-        values, offsets, _ = self._read(
-            idx, 0, lambda s: self._packed(s, idx, verify=self._verify, threads=cores)
-        )
-        return values, offsets
-
-    def gather_into(
-        self,
-        indices: IndexLike,
-        out: npt.NDArray[Any],
-        offsets: npt.NDArray[np.integer[Any]] | Sequence[int],
-        *,
-        num_threads: int | None = None,
-        threads: int | None = None,
-    ) -> npt.NDArray[Any]:
-        """Decode record i to byte ``offsets[i]`` of ``out`` (see `RecordStore.gather_into`)."""
-        cores = call_threads("RecordStore.gather_into", num_threads, threads, self._threads)
-        self._check_open()
-        idx = flat_int64(as_indices(indices))
-        offs = np.ascontiguousarray(offsets, dtype=np.uint64).reshape(-1)
-        if offs.size != idx.size:
-            raise ValueError(f"{idx.size} indices but {offs.size} offsets")
-        if idx.size:
-            self._read(
-                idx, 0,
-                lambda s: self._decode(s, idx, out, 0, offs, verify=self._verify, threads=cores),
-            )  # fmt: skip
-        return out
 
     def stats(self) -> dict[str, Any]:
         """`RecordStore.stats`, with ``disk_bytes`` the bytes of the store's objects (every
@@ -525,15 +441,8 @@ class RemoteStore(RecordStore, remote=True):
         snap = self._snap
         return _read.verify(
             snap, self._url, batch=batch, threads=self._threads, progress=progress,
-            read=self._verify_step,
+            decode=self._decode,
         )  # fmt: skip
-
-    def _verify_step(
-        self, snap: Snapshot, idx: npt.NDArray[np.int64], *, verify: bool, threads: int
-    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64], int]:
-        """One step of `verify`: damage is a `GatherFailed` it reports; a request that fails
-        for good ends the verify, naming the URL."""
-        return self._packed(snap, idx, verify=verify, threads=threads)
 
     # ---- lifetime ------------------------------------------------------------------
 

@@ -302,6 +302,21 @@ class RecordStore(Closing):
             return result
         raise AssertionError("unreachable")
 
+    def _decode(
+        self,
+        snap: Snapshot,
+        idx: npt.NDArray[np.int64],
+        dst: Any,
+        stride: int,
+        offsets: npt.NDArray[np.uint64] | None,
+        *,
+        verify: bool,
+        threads: int,
+    ) -> int:
+        """The one native gather of the read methods (`_read.gather` over the mapped chunks);
+        a store in object storage fetches the records first."""
+        return _read.gather(snap, idx, dst, stride, offsets, verify=verify, threads=threads)
+
     def lengths(self, indices: IndexLike) -> npt.NDArray[np.uint32]:
         """Logical (decoded) byte size of each record."""
         idx = self._as_indices(indices)
@@ -340,7 +355,7 @@ class RecordStore(Closing):
         dst = out
         self._read(
             idx, stride,
-            lambda s: _read.gather(s, idx, dst, stride, None, verify=self._verify,
+            lambda s: self._decode(s, idx, dst, stride, None, verify=self._verify,
                                    threads=cores),
         )  # fmt: skip
         return out
@@ -356,7 +371,9 @@ class RecordStore(Closing):
         cores = call_threads("RecordStore.gather_packed", num_threads, threads, self._threads)
         idx = self._as_indices(indices)
         values, offsets, _ = self._read(
-            idx, 0, lambda s: _read.packed(s, idx, verify=self._verify, threads=cores)
+            idx,
+            0,
+            lambda s: _read.packed(s, idx, verify=self._verify, threads=cores, decode=self._decode),
         )
         return values, offsets
 
@@ -384,7 +401,7 @@ class RecordStore(Closing):
         if idx.size:
             self._read(
                 idx, 0,
-                lambda s: _read.gather(s, idx, out, 0, offs, verify=self._verify,
+                lambda s: self._decode(s, idx, out, 0, offs, verify=self._verify,
                                        threads=cores),
             )  # fmt: skip
         return out
