@@ -28,18 +28,6 @@ LABELS = RNG.integers(0, 10, N).astype(np.int64)
 TOKENS = [RNG.integers(0, 1000, int(RNG.integers(1, 20))).astype(np.int32) for _ in range(N)]
 
 
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.preserve_order = True
-    ctx.enable_progress_bars = False
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def _source(blocks: int = 6) -> Any:
     rows = [
         {"image": IMAGES[i], "label": LABELS[i], "tokens": TOKENS[i], "index": i} for i in range(N)

@@ -5,7 +5,6 @@ shards; a failed or retried task leaves nothing unnamed; a second conversion is 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,18 +33,6 @@ RNG = np.random.default_rng(1)
 IMAGES = RNG.integers(0, 255, (N, 4, 4, 3), dtype=np.uint8)
 LABELS = RNG.integers(0, 10, N).astype(np.int64)
 TOKENS = [RNG.integers(0, 1000, int(RNG.integers(1, 9))).astype(np.int32) for _ in range(N)]
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    ctx = ray.data.DataContext.get_current()
-    ctx.execution_options.preserve_order = True
-    ctx.enable_progress_bars = False
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def _source(blocks: int = 4) -> Any:
