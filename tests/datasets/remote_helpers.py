@@ -5,12 +5,10 @@ test can kill a writer, or race a second one, at a known point of its upload."""
 
 from __future__ import annotations
 
-import http.client
 import os
 import re
 import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -19,6 +17,7 @@ import obstore
 from obstore.store import S3Store
 
 from tests.conftest import S3_OPTIONS, make_bucket
+from tests.objects.fault_proxy import FaultProxy
 
 
 def new_bucket(endpoint: str) -> str:
@@ -62,72 +61,30 @@ def download(url_or_store: Any, dest: Path, endpoint: str = "") -> Path:
 
 
 class Gate:
-    """A proxy to ``upstream`` (moto) that holds the first request whose method and path
-    match (``hold(method, pattern)``) until `release`; `held` is set when it arrives."""
+    """A `FaultProxy` to ``upstream`` (moto) that holds the first request whose method and
+    path match (``hold(method, pattern)``) until `release` (passed on) or `drop` (never
+    answered, as a killed writer's request); `held` is set when it arrives."""
 
     def __init__(self, upstream: str) -> None:
-        self.upstream = urlparse(upstream)
-        self.method = ""
         self.pattern: re.Pattern[str] | None = None
+        self.method = ""
         self.held = threading.Event()
         self.released = threading.Event()
         self.dropped = False
-        gate = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _forward(self) -> None:
-                size = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(size) if size else None
-                if gate.matches(self.command, self.path):
-                    gate.held.set()
-                    gate.released.wait(60)
-                    if gate.dropped:  # as a killed writer's request: never arrives
-                        self.close_connection = True
-                        return
-                conn = http.client.HTTPConnection(
-                    gate.upstream.hostname, gate.upstream.port, timeout=60
-                )
-                try:
-                    headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    answer = conn.getresponse()
-                    data = answer.read()
-                finally:
-                    conn.close()
-                self.send_response(answer.status)
-                for key, value in answer.getheaders():
-                    if key.lower() not in ("content-length", "transfer-encoding", "connection"):
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                pass  # a writer killed mid-request: its connection breaks, as it should
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.proxy = FaultProxy(upstream).__enter__()
+        self.proxy.fault = self._fault
+        self.endpoint = self.proxy.endpoint
 
     def hold(self, method: str, pattern: str) -> None:
         self.method, self.pattern = method, re.compile(pattern)
 
-    def matches(self, method: str, path: str) -> bool:
+    def _fault(self, method: str, path: str) -> str | None:
         if self.pattern is None or method != self.method or not self.pattern.search(path):
-            return False
+            return None
         self.pattern = None  # the first match only
-        return True
+        self.held.set()
+        self.released.wait(60)
+        return "drop" if self.dropped else None
 
     def release(self) -> None:
         self.released.set()
@@ -139,8 +96,7 @@ class Gate:
 
     def close(self) -> None:
         self.drop()
-        self.server.shutdown()
-        self.server.server_close()
+        self.proxy.__exit__(None, None, None)
 
 
 def child_env() -> dict[str, str]:

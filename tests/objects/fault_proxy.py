@@ -25,6 +25,13 @@ _SLOW_DOWN = b"<Error><Code>SlowDown</Code><Message>Reduce your request rate.</M
 _DENIED = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client killed mid-request (a writer under test): its connection breaks
+
+
 class FaultProxy:
     """Forwards every request to ``upstream`` unless ``fault`` says otherwise."""
 
@@ -50,8 +57,7 @@ class FaultProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = handle_one
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -178,8 +184,7 @@ class FileServer:
                 if body:
                     self.wfile.write(data[start:end])
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
