@@ -178,3 +178,30 @@ def test_a_dataset_on_a_web_server(tmp_path: Path) -> None:
             Dataset(f"{web.url}/nothing", **web_options)
         with pytest.raises(TypeError, match="'region'"):
             Dataset(f"{web.url}/one", region="x")  # a web server takes no credentials
+
+
+def test_shards_with_their_own_dictionaries_and_a_damaged_one(
+    tmp_path: Path, s3_server: str
+) -> None:
+    # a batch across shards is decoded in one native call per dictionary: every shard's
+    # records with its own, and damage in one named as the local read names it
+    rows = (np.arange(400 * 64) % 251).astype(np.uint8).reshape(400, 64)
+    rows[::7] = np.random.default_rng(6).integers(0, 256, (len(rows[::7]), 64))
+    chute.write_dataset(tmp_path / "d", rows, shard_records=100, codec="zstd_dict").close()
+    assert all((tmp_path / "d" / shard_name(i) / "dict.zr").exists() for i in range(4))
+    order = np.random.default_rng(7).permutation(len(rows))
+    url, options = to_s3(tmp_path / "d", s3_server)
+    with Dataset(url, **options, verify=True) as ds:
+        assert np.array_equal(ds[order], rows[order])
+    chunk = tmp_path / "d" / shard_name(2) / "0.zr"
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(CorruptStoreError) as local:
+        Dataset(tmp_path / "d", verify=True)[order]
+    url, options = to_s3(tmp_path / "d", s3_server)
+    with Dataset(url, **options, verify=True) as ds, pytest.raises(CorruptStoreError) as remote:
+        ds[order]
+    assert type(remote.value) is type(local.value)
+    where = str(local.value).split(": ", 1)[1]
+    assert str(remote.value).endswith(where), (local.value, remote.value)

@@ -13,7 +13,7 @@ import pytest
 
 import chute
 from chute import DataLoader, Dataset
-from chute.errors import CacheTooSmallError
+from chute.errors import CacheTooSmallError, ChecksumError
 from tests.objects.fault_proxy import FaultProxy
 from tests.objects.remote import to_s3
 
@@ -26,7 +26,8 @@ def _chunk_gets(proxy: FaultProxy) -> int:
 
 
 def _cache_of(ds: Dataset) -> Any:
-    return ds.store._dir.reader.cache
+    store = ds.store  # a sharded dataset's folder holds the reader, a single store its own
+    return (store._dir.reader if hasattr(store, "_dir") else store._reader).cache
 
 
 @pytest.fixture
@@ -89,3 +90,36 @@ def test_cache_options_are_checked_before_any_request(
         Dataset(url, **options, cache_dir=tmp_path, cache_bytes=1024)
     with pytest.raises(ValueError, match="cache_bytes must be"):
         Dataset(url, **options, cache_dir=tmp_path, cache_bytes=-1)
+
+
+def test_records_across_a_block_edge_read_right_cold_and_warm(
+    tmp_path: Path, s3_server: str
+) -> None:
+    # one store of 8.4 MB raw: its chunk object spans three 4 MiB blocks of the cache, and
+    # records 59 and 119 run over a block's edge (served joined from two blocks)
+    rows = np.random.default_rng(4).integers(0, 256, (120, 70_001), np.uint8)
+    chute.write_dataset(tmp_path / "edge", rows, codec="raw").close()
+    url, options = to_s3(tmp_path / "edge", s3_server)
+    cache = {"cache_dir": tmp_path / "c", "cache_bytes": 64 << 20}
+    with Dataset(url, **options, **cache, verify=True) as ds:
+        for order in (np.arange(len(rows))[::-1], [59, 58, 60, 3], [59], np.arange(50, 70)):
+            for _ in ("cold", "warm"):
+                assert np.array_equal(ds[order], rows[order])
+        assert _cache_of(ds).stats()["misses"] == 3  # each block fetched once
+
+
+def test_damage_on_a_block_edge_is_reported_through_the_cache(
+    tmp_path: Path, s3_server: str
+) -> None:
+    rows = np.random.default_rng(5).integers(0, 256, (120, 70_001), np.uint8)
+    chute.write_dataset(tmp_path / "edge", rows, codec="raw").close()
+    chunk = tmp_path / "edge" / "0.zr"
+    data = bytearray(chunk.read_bytes())
+    data[4 << 20] ^= 0xFF  # inside record 59, just past the first block's edge
+    chunk.write_bytes(bytes(data))
+    url, options = to_s3(tmp_path / "edge", s3_server)
+    with Dataset(url, **options, cache_dir=tmp_path / "c", verify=True) as ds:
+        assert np.array_equal(ds[[58, 60]], rows[[58, 60]])
+        for _ in ("cold", "warm"):
+            with pytest.raises(ChecksumError, match=r"record 59 \(chunk 0, offset 4130059\)"):
+                ds[[1, 59]]

@@ -13,9 +13,9 @@ import pytest
 from obstore.store import MemoryStore
 
 from chute._objects import (
-    Buffer,
     ObjectInfo,
     ObjectReader,
+    Span,
     bounded_options,
     open_bounded,
     open_location,
@@ -183,11 +183,16 @@ def test_the_cache_seam_gets_every_range_read() -> None:
     class Remember:
         """A cache that holds nothing: it records what it was asked and fetches it all."""
 
-        def read_ranges(
+        def cached_spans(
+            self, key: str, size: int, ranges: Sequence[tuple[int, int]]
+        ) -> list[Span] | None:
+            return None
+
+        def read_spans(
             self, key: str, size: int, ranges: Sequence[tuple[int, int]], fetch: Any
-        ) -> list[Buffer]:
+        ) -> list[Span]:
             calls.append((key, size, list(ranges)))
-            return list(fetch(ranges))
+            return sorted(zip([start for start, _ in ranges], fetch(ranges), strict=True))
 
     reader = ObjectReader(open_location(store), cache=Remember())
     info = reader.head("chunk")

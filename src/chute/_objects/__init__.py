@@ -14,7 +14,6 @@ from chute._objects._cache import BlockCache
 from chute._objects._errors import ConditionalWritesUnsupported, remote_error
 from chute._objects._lock import LEASE_S, RemoteLock
 from chute._objects._reader import (
-    Buffer,
     ObjectInfo,
     ObjectReader,
     RangeCache,
@@ -22,6 +21,7 @@ from chute._objects._reader import (
     open_bounded,
     open_reader,
 )
+from chute._objects._spans import Buffer, Span, cut
 from chute._objects._url import (
     SCHEMES,
     Location,
@@ -61,11 +61,13 @@ __all__ = [
     "ObjectReader",
     "RangeCache",
     "RemoteLock",
+    "Span",
     "Stored",
     "Uploads",
     "Version",
     "bounded_options",
     "check_options",
+    "cut",
     "delete_keys",
     "is_option",
     "is_remote_url",

@@ -40,6 +40,7 @@ only when a publish finds the budget full.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import mmap
 import os
@@ -50,6 +51,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from chute._native import crc32c
+from chute._objects._spans import Span, cut
 from chute._util.checks import check_int
 from chute._util.closing import Closing
 from chute._util.fs import pread_exact
@@ -64,7 +66,7 @@ _HEAD = struct.Struct("<8sI4x32sQQ")
 _MAGIC = b"CHUTEBK1"
 _CRC_END = 12  # the header's CRC covers it from here on
 PAGE_BYTES = 64 << 10
-_MAPPED = 64  # block files a process keeps mapped (their pages checked) at most
+_MAPPED = 1024  # block files a process keeps mapped (their pages checked) at most
 _TOUCH_S = 1.0  # a mapped block is read from its mapping, its file touched at most this often
 """The unit of the checksums in a block file: a read checks the pages it serves."""
 _STRIPES = 4096
@@ -151,16 +153,39 @@ class BlockCache(Closing):
     def read_ranges(
         self, key: str, size: int, ranges: Sequence[tuple[int, int]], fetch: Fetch
     ) -> list[bytes]:
-        """Bytes ``[start, end)`` of the object ``key`` (of ``size`` bytes) for each range.
+        """Bytes ``[start, end)`` of the object ``key`` (of ``size`` bytes) for each range,
+        copied out of `read_spans`."""
+        spans = self.read_spans(key, size, ranges, fetch)
+        return [bytes(cut(spans, start, end)) for start, end in ranges]
+
+    def read_spans(
+        self, key: str, size: int, ranges: Sequence[tuple[int, int]], fetch: Fetch
+    ) -> list[Span]:
+        """The bytes of the object ``key`` (of ``size`` bytes) that cover ``ranges``: the
+        parts of its blocks they touch, as spans (see `chute._objects._spans`).
 
         Blocks not cached are fetched with one call of ``fetch`` (block-aligned ranges, the
         last block cut at ``size``); blocks another process is fetching are waited for, and
         fetched in one more call only if that process gives up on them (it died, or could
         not publish them within the budget). A fetch that returns other lengths than asked
-        is a `RemoteChangedError` naming ``key``; nothing of it is cached. The blocks the
-        ranges touch are held in memory until the call returns (the pages wanted of a
-        cached block, the whole of a fetched one), so ask for what one batch needs.
+        is a `RemoteChangedError` naming ``key``; nothing of it is cached. The spans are
+        views of the block files' mappings (the pages wanted of a cached block, checked) or of
+        the fetched bytes, so they stay valid whatever is evicted meanwhile.
         """
+        reading = self._reading(key, size, ranges, fetch)
+        return reading.spans(reading.blocks())
+
+    def cached_spans(
+        self, key: str, size: int, ranges: Sequence[tuple[int, int]]
+    ) -> list[Span] | None:
+        """`read_spans` if every block the ranges touch is cached (no lock taken, nothing
+        fetched or waited for), else None: the fast path of a warm cache."""
+        reading = self._reading(key, size, ranges, None)
+        return reading.spans(reading.got) if reading.look() else None
+
+    def _reading(
+        self, key: str, size: int, ranges: Sequence[tuple[int, int]], fetch: Fetch | None
+    ) -> _Reading:
         if self._closed:
             raise StoreClosedError(f"the block cache at {self.root} is closed")
         size = check_int("size", size)
@@ -173,8 +198,7 @@ class BlockCache(Closing):
                 lo, hi = max(start - i * step, 0), min(end - i * step, step)
                 was = spans.get(i)
                 spans[i] = (lo, hi) if was is None else (min(was[0], lo), max(was[1], hi))
-        blocks = _Reading(self, key, size, fetch).blocks(spans)
-        return [self._cut(blocks, start, end) for start, end in ranges]
+        return _Reading(self, key, size, fetch, spans)
 
     def check_working_set(self, nbytes: int) -> None:
         """Raise `CacheTooSmallError` naming both sizes if a batch that needs ``nbytes``
@@ -210,19 +234,6 @@ class BlockCache(Closing):
         with self._count_lock:
             for name, n in more.items():
                 self._counts[name] += n
-
-    def _cut(self, blocks: dict[int, tuple[int, memoryview]], start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of the object from the parts of its blocks in memory (each
-        the offset in its block where it starts, and its bytes)."""
-        if start == end:
-            return b""
-        step = self.block_bytes
-        pieces = []
-        for i in range(start // step, (end - 1) // step + 1):
-            offset, view = blocks[i]
-            base = i * step + offset
-            pieces.append(view[max(start - base, 0) : end - base])
-        return pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
 
     def _load(
         self,
@@ -301,23 +312,44 @@ class BlockCache(Closing):
             self._count(published=1)
 
 
+@functools.lru_cache(maxsize=4096)
+def _names(key: str) -> tuple[bytes, str, int]:
+    """The key's SHA-256, the prefix of its block files' names, and its first stripe."""
+    digest = hashlib.sha256(key.encode()).digest()
+    return digest, digest.hex()[:32], int.from_bytes(digest[:4], "little")
+
+
 class _Reading:
     """One `BlockCache.read_ranges` call's blocks of one object: what it holds in memory,
     and the rounds of locking, fetching and waiting that fill it."""
 
-    def __init__(self, cache: BlockCache, key: str, size: int, fetch: Fetch) -> None:
+    def __init__(
+        self,
+        cache: BlockCache,
+        key: str,
+        size: int,
+        fetch: Fetch | None,
+        spans: dict[int, tuple[int, int]],
+    ) -> None:
         self.cache, self.key, self.size, self.fetch = cache, key, size, fetch
-        self.digest = hashlib.sha256(key.encode()).digest()
-        self.prefix = self.digest.hex()[:32]
-        self.stripe_base = int.from_bytes(self.digest[:4], "little")
-        self.spans: dict[int, tuple[int, int]] = {}
+        self.digest, self.prefix, self.stripe_base = _names(key)
+        self.wanted = spans  # block -> the part ``[lo, hi)`` of it the ranges need
         self.got: dict[int, tuple[int, memoryview]] = {}
 
-    def blocks(self, spans: dict[int, tuple[int, int]]) -> dict[int, tuple[int, memoryview]]:
-        """The parts ``spans`` (block -> ``[lo, hi)`` in it) of the blocks, each as the
-        offset in its block where it starts and its bytes (a fetched block whole)."""
-        self.spans = spans
-        wanted = sorted(spans)
+    def look(self) -> bool:
+        """Take the blocks already cached, without locks (the common case); True if that
+        was all of them."""
+        return all(self._look(i, held=False) for i in sorted(self.wanted))
+
+    def spans(self, got: dict[int, tuple[int, memoryview]]) -> list[Span]:
+        """The parts of the blocks in ``got`` as spans of the object, in order."""
+        step = self.cache.block_bytes
+        return [(i * step + got[i][0], got[i][1]) for i in sorted(got)]
+
+    def blocks(self) -> dict[int, tuple[int, memoryview]]:
+        """The parts of the blocks wanted, each as the offset in its block where it starts
+        and its bytes (a fetched block whole), fetching and waiting as needed."""
+        wanted = sorted(self.wanted)
         for i in wanted:  # without locks first: the common case, a block already there
             self._look(i, held=False)
         pending = [i for i in wanted if i not in self.got]
@@ -342,7 +374,7 @@ class _Reading:
     def _look(self, i: int, *, held: bool) -> bool:
         start, end = self._range(i)
         part = self.cache._load(
-            self._name(i), self.digest, i, end - start, self.spans[i], held=held
+            self._name(i), self.digest, i, end - start, self.wanted[i], held=held
         )
         if part is not None:
             self.got[i] = part
@@ -375,6 +407,7 @@ class _Reading:
         return waiting
 
     def _fetch(self, mine: list[int]) -> None:
+        assert self.fetch is not None, "a look-only reading fetches nothing"
         ranges = [self._range(i) for i in mine]
         parts = self.fetch(ranges)
         if len(parts) != len(ranges):

@@ -1,7 +1,7 @@
 """Reading objects by byte ranges, bounded and checked: what a dataset in object storage reads
 its table, schema and records through.
 
-Every fetch of record bytes goes through one method, `ObjectReader.read_ranges`: the ranges
+Every fetch of record bytes goes through one method, `ObjectReader.read_spans`: the ranges
 are merged where they lie close (a small gap costs less read through than a second request),
 issued side by side with at most ``max_in_flight`` requests in flight, and each answer is
 checked against the `ObjectInfo` the object had when it was first seen (``If-Match`` on its
@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkabl
 
 from chute._objects._cache import BlockCache
 from chute._objects._errors import remote_error
+from chute._objects._spans import Buffer, Span, cut
 from chute._objects._url import Location, check_options, open_location, scheme_of
 from chute._util.checks import check_int
 from chute.errors import (
@@ -45,8 +45,6 @@ from chute.errors import (
     UnsafeFileError,
 )
 
-Buffer = bytes | memoryview
-"""Bytes read: a ``bytes`` object or a zero-copy view of a response."""
 Range = tuple[int, int]
 """A byte range ``(start, end)`` of an object, ``end`` exclusive."""
 Fetch = Callable[[Sequence[Range]], list[Buffer]]
@@ -92,22 +90,27 @@ os.register_at_fork(after_in_child=_after_fork)
 
 @runtime_checkable
 class RangeCache(Protocol):
-    """A cache of byte ranges that `ObjectReader.read_ranges` reads through when given one.
+    """A cache of byte ranges that `ObjectReader.read_spans` reads through when given one.
 
     ``key`` names one version of one object (its URL, ETag and size, so a changed object is
-    another key); ``fetch(ranges)`` reads the ranges the cache does not hold from the store.
-    Returns one buffer per range of ``ranges``, in their order.
+    another key); ``fetch(ranges)`` reads the ranges the cache does not hold from the store
+    (one buffer each). Both methods return the bytes covering ``ranges`` as spans (see
+    `chute._objects._spans`); ``cached_spans`` only if it holds them all, else None.
 
     >>> class NoCache:  # holds nothing: every range is fetched
-    ...     def read_ranges(self, key, size, ranges, fetch):
-    ...         return fetch(ranges)
+    ...     def cached_spans(self, key, size, ranges):
+    ...         return None
+    ...     def read_spans(self, key, size, ranges, fetch):
+    ...         return sorted(zip((start for start, _ in ranges), fetch(ranges)))
     >>> isinstance(NoCache(), RangeCache)
     True
     """
 
-    def read_ranges(
+    def cached_spans(self, key: str, size: int, ranges: Sequence[Range]) -> list[Span] | None: ...
+
+    def read_spans(
         self, key: str, size: int, ranges: Sequence[Range], fetch: Fetch
-    ) -> Sequence[Buffer]: ...
+    ) -> list[Span]: ...
 
 
 @dataclass(frozen=True)
@@ -335,47 +338,67 @@ class ObjectReader:
         )  # fmt: skip
 
     def read_ranges(self, info: ObjectInfo, ranges: Sequence[Range]) -> list[Buffer]:
-        """One buffer per range of ``ranges`` (each within the object), read through the
-        cache when there is one; every request is checked against ``info``. The only way
-        this module reads record bytes."""
-        for start, end in ranges:
-            if not 0 <= start <= end <= info.size:
-                raise ValueError(f"range {(start, end)} is outside {self.url(info.path)}")
-        if self._cache is not None:
-            key = f"{self.url(info.path)}\0{info.etag}\0{info.size}"
-            return list(
-                self._cache.read_ranges(key, info.size, ranges, lambda r: self._fetch(info, r))
-            )
-        return self._fetch(info, ranges)
+        """One buffer per range of ``ranges`` (each within the object): `read_spans` of the
+        one object, cut."""
+        spans = self.read_spans([(info, ranges)])[0]
+        starts = [start for start, _ in spans]
+        return [cut(spans, start, end, starts) for start, end in ranges]
 
-    def read_many(
+    def read_spans(
         self, requests: Sequence[tuple[ObjectInfo, Sequence[Range]]]
-    ) -> list[list[Buffer]]:
-        """`read_ranges` of several objects side by side (the chunks one batch touches)."""
-        if len(requests) == 1:
-            return [self.read_ranges(*requests[0])]
-        with self._lock:
-            if self._outer is None:  # waits on requests: never a thread of the request pool
-                self._outer = ThreadPoolExecutor(self._max_in_flight, "chute-objects-wait")
-            outer = self._outer
-        futures = [outer.submit(self.read_ranges, info, ranges) for info, ranges in requests]
-        wait(futures)
-        return [future.result() for future in futures]
+    ) -> list[list[Span]]:
+        """For each ``(object, ranges)`` of ``requests``: the bytes covering its ranges, as
+        spans (see `chute._objects._spans`). The one way this module reads record bytes.
+
+        Without a cache, the ranges of every object are merged into requests that all go out
+        side by side, each answer checked against its ``info``; with one, blocks already
+        cached are served at once on the calling thread, and the objects with blocks missing
+        are read through the cache side by side."""
+        for info, ranges in requests:
+            for start, end in ranges:
+                if not 0 <= start <= end <= info.size:
+                    raise ValueError(f"range {(start, end)} is outside {self.url(info.path)}")
+        if self._cache is None:
+            return self._fetch_all(requests)
+        cache = self._cache
+        keys = [f"{self.url(info.path)}\0{info.etag}\0{info.size}" for info, _ in requests]
+        out: list[list[Span] | None] = [
+            cache.cached_spans(key, info.size, ranges)
+            for key, (info, ranges) in zip(keys, requests, strict=True)
+        ]
+        missing = [k for k, spans in enumerate(out) if spans is None]
+
+        def through(k: int) -> list[Span]:
+            info, ranges = requests[k]
+            return cache.read_spans(keys[k], info.size, ranges, lambda r: self._fetch(info, r))
+
+        if len(missing) == 1:
+            out[missing[0]] = through(missing[0])
+        elif missing:
+            with self._lock:
+                if self._outer is None:  # waits on requests: never a thread of the request pool
+                    self._outer = ThreadPoolExecutor(self._max_in_flight, "chute-objects-wait")
+                outer = self._outer
+            futures = [outer.submit(through, k) for k in missing]
+            wait(futures)
+            for k, future in zip(missing, futures, strict=True):
+                out[k] = future.result()
+        return cast(list[list[Span]], out)
+
+    def _fetch_all(
+        self, requests: Sequence[tuple[ObjectInfo, Sequence[Range]]]
+    ) -> list[list[Span]]:
+        """The ranges of every object fetched, merged, all requests side by side."""
+        merged = [(info, merge(ranges)) for info, ranges in requests]
+        calls = [partial(self._get, info, request) for info, asked in merged for request in asked]
+        answers = iter(self._run(calls))
+        return [[(start, next(answers)) for start, _ in asked] for _, asked in merged]
 
     def _fetch(self, info: ObjectInfo, ranges: Sequence[Range]) -> list[Buffer]:
-        """Fetch ``ranges`` from the store: merged, side by side, each answer checked."""
-        requests = merge(ranges)
-        answers = self._run([partial(self._get, info, request) for request in requests])
-        starts = [start for start, _ in requests]
-        out: list[Buffer] = []
-        for start, end in ranges:
-            if start == end:
-                out.append(b"")
-                continue
-            k = bisect_right(starts, start) - 1
-            first, data = requests[k][0], answers[k]
-            out.append(data[start - first : end - first])
-        return out
+        """Fetch ``ranges`` of one object (the cache's blocks): one buffer each."""
+        spans = self._fetch_all([(info, ranges)])[0]
+        starts = [start for start, _ in spans]
+        return [cut(spans, start, end, starts) for start, end in ranges]
 
     def _head(self, path: str, missing_ok: bool = False) -> ObjectInfo | None:
         try:
@@ -487,13 +510,14 @@ class ObjectReader:
                 self._pool = ThreadPoolExecutor(self._max_in_flight, "chute-objects")
             return self._pool
 
-    def close(self) -> None:
-        """Stop the reader's threads (requests in flight finish first); idempotent."""
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the reader's threads (with ``wait``, requests in flight finish first; a
+        finalizer must not wait, as it may run on one of them); idempotent."""
         with self._lock:
             pools, self._pool, self._outer = (self._outer, self._pool), None, None
         for pool in pools:
             if pool is not None and not _forked_after_use:
-                pool.shutdown(wait=True)
+                pool.shutdown(wait=wait)
         cache, self._cache = self._cache, None
         if self._owns_cache and cache is not None:
             cast(Any, cache).close()  # a BlockCache: it leaves the host's shared folder

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -34,10 +34,12 @@ from chute.store import RecordStore
 from chute.store._internal import (
     IndexLike,
     PartReport,
+    RemoteStore,
     VerifyReport,
     as_indices,
     check_indices,
     check_out,
+    gather_shards,
     out_stride,
 )
 
@@ -291,13 +293,7 @@ class ShardedStore(Closing):
                     f"the batch is {stride} bytes: the record does not match the requested size "
                     "or schema"
                 )
-        self._run(
-            parts,
-            lambda store, pos, local, cores: store.gather_into(
-                local, out, pos * stride, num_threads=cores
-            ),
-            threads,
-        )
+        self._run(parts, out, lambda pos: pos.astype(np.uint64) * np.uint64(stride), threads)
 
     def gather_packed(
         self,
@@ -331,40 +327,39 @@ class ShardedStore(Closing):
         offs = np.ascontiguousarray(offsets, dtype=np.uint64).reshape(-1)
         if offs.size != idx.size:
             raise ValueError(f"{idx.size} indices but {offs.size} offsets")
-        self._guarded(
-            lambda: self._run(
-                list(self._split(idx)),
-                lambda store, pos, local, cores: store.gather_into(
-                    local, out, offs[pos], num_threads=cores
-                ),
-                cores,
-            )
-        )
+        self._guarded(lambda: self._run(list(self._split(idx)), out, offs.__getitem__, cores))
         return out
 
     def _run(
         self,
         parts: list[_Part],
-        gather: Callable[[RecordStore, Any, Any, int], object],
+        out: npt.NDArray[Any],
+        offsets: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.uint64]],
         threads: int,
     ) -> None:
-        """``gather(store, positions, local, cores)`` for every part; the shards' native
-        calls run side by side on up to ``threads`` threads (one pays the thread hand-off
-        once per batch, not once per shard), each call then on its share of the cores, so
-        the cores are never oversubscribed. Waits for all before raising the first error."""
+        """Each part's records decoded to ``offsets(positions)`` of ``out``. Shards in
+        object storage are read together (one round of requests, `gather_shards`); local
+        shards' native calls run side by side on up to ``threads`` threads (one pays the
+        thread hand-off once per batch, not once per shard), each call then on its share of
+        the cores, so the cores are never oversubscribed. Waits for all before raising the
+        first error."""
         for s, *_ in parts:
             self._count(s)
-        # reads over the network wait more than they decode: more shards at once
-        groups = min(max(min(threads, self._threads), self._dir.fanout), len(parts))
+        if parts and all(isinstance(store, RemoteStore) for _, store, _, _ in parts):
+            remote = [(cast(RemoteStore, store), local, offsets(pos))
+                      for _, store, pos, local in parts]  # fmt: skip
+            gather_shards(remote, out, num_threads=threads)
+            return
+        groups = min(threads, self._threads, len(parts))
         share = max(1, threads // max(groups, 1))
         if groups <= 1:
             for _, store, pos, local in parts:
-                gather(store, pos.astype(np.uint64), local, threads)
+                store.gather_into(local, out, offsets(pos), num_threads=threads)
             return
 
         def run(group: list[_Part]) -> None:
             for _, store, pos, local in group:
-                gather(store, pos.astype(np.uint64), local, share)
+                store.gather_into(local, out, offsets(pos), num_threads=share)
 
         pool = self._pool()
         futures = [pool.submit(run, parts[k::groups]) for k in range(1, groups)]

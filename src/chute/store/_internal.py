@@ -21,7 +21,8 @@ modules (`_format`, `_codec`, `_io` ...) can change without reaching through the
 * `bump_generation`: raise a folder's generation, so every open reader of it fails its next
   read instead of reading what is being replaced.
 * `RemoteStore`: a store in object storage, opened inside a dataset's `ObjectReader`
-  (`RemoteStore.inside`); `generation_of`: the generation gen.chute's bytes hold.
+  (`RemoteStore.inside`), and `gather_shards`, one batch of several such stores read in one
+  round of requests; `generation_of`: the generation gen.chute's bytes hold.
 """
 
 from chute._util.fs import write_file_atomic
@@ -44,7 +45,7 @@ from chute.store._index import IndexLike, as_indices, check_indices, index_bound
 from chute.store._opening import bump_generation
 from chute.store._out import check_out, out_stride
 from chute.store._read import PartReport, VerifyReport
-from chute.store._remote import RemoteStore
+from chute.store._remote import RemoteStore, gather_shards
 
 __all__ = [
     "CODEC_NAMES",
@@ -65,6 +66,7 @@ __all__ = [
     "check_out",
     "check_record_bytes",
     "codec_name",
+    "gather_shards",
     "generation_of",
     "index_bounds",
     "is_store_file",

@@ -7,11 +7,10 @@ ETag are kept: every later read of it asks for that version (``If-Match``), so b
 changed object are never decoded against the table read at open.
 
 A batch becomes one ranged GET per record, merged with its neighbours and issued side by side
-(`chute._objects.ObjectReader.read_ranges`, the one place record bytes are fetched). The
-fetched ranges are handed to the compiled core as chunks of their own
-(``_native.chunks_from_buffers``), with a copy of the batch's table entries pointing into
-them, so the core checks every offset, length and (``verify=True``) checksum exactly as it
-does over mapped files, and decodes into the caller's buffer.
+(`chute._objects.ObjectReader.read_spans`, the one place record bytes are fetched), and is
+decoded by the compiled core where the bytes landed (`chute.store._fetched`), with every
+check it makes over mapped files. A dataset's shards share one reader, so a batch across
+many shards is one round of requests too (`decode_shards`).
 """
 
 from __future__ import annotations
@@ -19,14 +18,12 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from chute import _native
-from chute._native import codes
 from chute._objects import ObjectInfo, ObjectReader, open_reader
 from chute._util.checks import check_optional_int
 from chute._util.cores import usable_cores
@@ -40,8 +37,8 @@ from chute.errors import (
     StoreError,
     UnsafeFileError,
 )
+from chute.store import _fetched, _read
 from chute.store import _format as fmt
-from chute.store import _read
 from chute.store._files import (
     Snapshot,
     check_header,
@@ -52,17 +49,12 @@ from chute.store._files import (
     lost_sums,
     parse_sums,
 )
-from chute.store._out import check_out
 from chute.store._read import VerifyReport
 from chute.store._store import Mode, RecordStore
 
-#: Records decoded per native call: each is a chunk of its own, and the table's chunk ids
-#: are 16 bits, one value of which marks a checksum entry that matches no record.
-BLOCK = 0xFFFF
 #: What one GET fetches of the table and the sidecar at open: their header and the entries
 #: of up to 4095 records, so a small store opens in one round trip.
 FIRST_READ = 64 << 10
-_NO_CHUNK = 0xFFFF
 
 _KEYWORDS = ("mode", "codec", "level", "verify", "num_threads", "durable")
 
@@ -163,6 +155,7 @@ class RemoteStore(RecordStore, remote=True):
         self._writer = None
         self._snap = empty_snapshot()
         self._chunks: list[ObjectInfo | None] = []
+        self._seen = np.zeros(0, bool)  # which of _chunks are known (a fast look per batch)
         self._meta: ObjectInfo | None = None
         self._sizes: dict[str, int] = {}
         self._lost: str | None = None
@@ -226,6 +219,7 @@ class RemoteStore(RecordStore, remote=True):
                     stacklevel=5,
                 )
         self._chunks = [None] * (tail_chunk + 1)
+        self._seen = np.zeros(tail_chunk + 1, bool)
         return Snapshot(
             table=entries, tail_chunk=tail_chunk, tail_offset=tail_offset,
             limits=np.zeros(tail_chunk + 1, np.uint64), maps=None, sums=table_sums,
@@ -259,7 +253,7 @@ class RemoteStore(RecordStore, remote=True):
         a `RemoteChangedError`. Each chunk's size and ETag are kept, and its readable limit
         put in the snapshot."""
         with self._lock:
-            todo = [int(c) for c in np.unique(chunks) if self._chunks[int(c)] is None]
+            todo = [c for c in sorted(set(chunks.tolist())) if self._chunks[c] is None]
             if not todo:
                 return
             paths = [self._prefix + fmt.chunk_file(c) for c in todo]
@@ -279,6 +273,7 @@ class RemoteStore(RecordStore, remote=True):
                         f"(the header names chunks 0..{snap.tail_chunk})"
                     )
                 self._chunks[c] = info
+                self._seen[c] = True
             sizes = [0 if info is None else info.size for info in self._chunks]
             snap.limits[:] = chunk_limits(sizes, snap.tail_chunk, snap.tail_offset)
 
@@ -339,47 +334,26 @@ class RemoteStore(RecordStore, remote=True):
 
     # ---- reading -------------------------------------------------------------------
 
-    def _fetch(self, snap: Snapshot, idx: npt.NDArray[np.int64], stride: int) -> list[Any]:
-        """The stored bytes of each record of ``idx`` (one buffer each, in batch order), after
-        every check a mapped store's gather makes before it reads (index, size, chunk, bounds),
-        failing at the first bad record as it would."""
+    def _entries(
+        self, snap: Snapshot, idx: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.void], npt.NDArray[np.int64]]:
+        """The table entries of the records of ``idx`` (in range, or `GatherFailed`) and the
+        readable size of the chunk each names (-1 for a chunk the header does not name);
+        chunks not seen yet are HEADed first."""
         _read.check_range(snap, idx)
         locs = snap.table[idx]
-        logic, phys = locs["logic_length"], locs["phys_length"]
-        chunk = locs["chunk_id"].astype(np.int64)
-        known = chunk < len(self._chunks)
+        chunk = locs["chunk_id"]
+        n = len(self._chunks)
+        if len(chunk) and int(chunk.max()) < n:
+            if not self._seen[chunk].all():
+                self._chunk_infos(chunk, snap)
+            return locs, snap.limits[chunk].astype(np.int64)
+        known = chunk < n
         if known.any():
             self._chunk_infos(chunk[known], snap)
-        end = locs["offset"].astype(np.int64) + phys
-        limit = snap.limits[np.minimum(chunk, len(self._chunks) - 1)].astype(np.int64)
-        checks = [
-            ((logic > fmt.MAX_RECORD) | (phys > fmt.MAX_RECORD), codes.GE_TOO_LARGE,
-             np.where(logic > fmt.MAX_RECORD, logic, phys)),
-            ((logic != stride) if stride else np.zeros(len(idx), bool), codes.GE_DST, logic),
-            (~known, codes.GE_CHUNK, chunk),
-            (known & (end > limit), codes.GE_BOUNDS, end),
-        ]  # fmt: skip
-        bad = np.zeros(len(idx), bool)
-        for fails, _, _ in checks:
-            bad |= fails
-        if bad.any():
-            pos = int(np.argmax(bad))
-            code, detail = next((c, d) for f, c, d in checks if f[pos])
-            raise _read.GatherFailed(code, pos, int(detail[pos]))
-        out: list[Any] = [b""] * len(idx)
-        requests, order = [], []
-        for c in np.unique(chunk):
-            where = np.flatnonzero(chunk == c)
-            info = self._chunks[int(c)]
-            assert info is not None
-            starts = locs["offset"][where].astype(np.int64)
-            ranges = zip(starts.tolist(), (starts + phys[where]).tolist(), strict=True)
-            requests.append((info, list(ranges)))
-            order.append(where)
-        for where, buffers in zip(order, self._reader.read_many(requests), strict=True):
-            for p, buffer in zip(where.tolist(), buffers, strict=True):
-                out[p] = buffer
-        return out
+        limit = np.full(len(idx), -1, np.int64)
+        limit[known] = snap.limits[chunk[known]]
+        return locs, limit
 
     def _decode(
         self,
@@ -392,30 +366,17 @@ class RemoteStore(RecordStore, remote=True):
         verify: bool,
         threads: int,
     ) -> int:
-        """`_read.gather` over the fetched records, in blocks of at most `BLOCK`; returns
-        how many records had no checksum to match."""
-        buffers = self._fetch(snap, idx, stride)
-        unchecked = 0
-        blocks = range(0, len(idx), BLOCK)
-        split = len(blocks) > 1 and offsets is None
-        if split:
-            check_out(dst)  # before it is cut into blocks: its problem named, as locally
-        flat = memoryview(dst).cast("B") if split else None
-        for a in blocks:
-            b = min(a + BLOCK, len(idx))
-            staged, local = _stage(snap, idx[a:b], buffers[a:b], verify=verify)
-            part = dst if flat is None else flat[a * stride : b * stride]
-            try:
-                unchecked += _read.gather(
-                    staged, local, part, stride, None if offsets is None else offsets[a:b],
-                    verify=verify, threads=threads,
-                )  # fmt: skip
-            except _read.GatherFailed as failed:
-                detail = failed.detail
-                if failed.code == codes.GE_SUMS and snap.sums is not None:
-                    detail = len(snap.sums)
-                raise _read.GatherFailed(failed.code, a + failed.pos, detail) from None
-        return unchecked
+        """The records fetched and decoded (`chute.store._fetched`); returns how many had no
+        checksum to match."""
+        if offsets is None:
+            offsets = np.arange(len(idx), dtype=np.uint64) * np.uint64(stride)
+        try:
+            return _fetched.decode(
+                [_fetched.Part(self, snap, idx, offsets)], dst, stride, verify=verify,
+                threads=threads,
+            )  # fmt: skip
+        except _fetched.PartFailed as failed:
+            raise failed.failed from None
 
     def stats(self) -> dict[str, Any]:
         """`RecordStore.stats`, with ``disk_bytes`` the bytes of the store's objects (every
@@ -446,17 +407,52 @@ class RemoteStore(RecordStore, remote=True):
 
     # ---- lifetime ------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Let go of the table and, if this store opened it, its reader. Idempotent."""
+    def close(self, *, wait: bool = True) -> None:
+        """Let go of the table and, if this store opened it, its reader (``wait``: for its
+        requests in flight). Idempotent."""
         with self._lock:
             self._closed = True
             self._snap = empty_snapshot()
             if getattr(self, "_owns_reader", False):
-                self._reader.close()
+                self._reader.close(wait=wait)
+
+    def __del__(self) -> None:
+        # the collector may run this on any thread, a reader's own included: never wait there
+        if not getattr(self, "_closed", True):
+            self.close(wait=False)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self._snap.length} records"
         return f"RemoteStore({str(self._url)!r}, {state})"
+
+
+def gather_shards(
+    parts: Sequence[tuple[RemoteStore, npt.NDArray[np.int64], npt.NDArray[np.uint64]]],
+    out: Any,
+    *,
+    num_threads: int,
+) -> None:
+    """`RecordStore.gather_into` of each ``(store, indices, offsets)`` of ``parts``, the
+    stores being shards of one dataset that share its reader: the records of them all are
+    fetched in one round of requests and decoded together, so a batch across many shards
+    costs about what a batch of one store does. A bad record is the error its store's own
+    gather would raise."""
+    stores = [store for store, _, _ in parts]
+    for store in stores:
+        store._check_open()
+    snaps = [store._snap for store in stores]
+    try:
+        _fetched.decode(
+            [_fetched.Part(store, snap, idx, offsets)
+             for (store, idx, offsets), snap in zip(parts, snaps, strict=True)],
+            out, 0, verify=stores[0]._verify, threads=num_threads,
+        )  # fmt: skip
+    except _fetched.PartFailed as failed:
+        k = failed.part
+        raise _read.error_for(snaps[k], stores[k]._url, failed.failed, parts[k][1], 0) from None
+    except RemoteError as e:
+        raise type(e)(f"{e} (reading record {int(parts[0][1][0])} of {stores[0]._url} and "
+                      "others of the batch)") from None  # fmt: skip
 
 
 def _aligned(data: bytes) -> npt.NDArray[np.uint8]:
@@ -465,40 +461,3 @@ def _aligned(data: bytes) -> npt.NDArray[np.uint8]:
     out = np.zeros(2, np.uint64).view(np.uint8)
     out[: min(16, len(data))] = np.frombuffer(data[:16], np.uint8)
     return out
-
-
-def _stage(
-    snap: Snapshot, idx: npt.NDArray[np.int64], buffers: Sequence[Any], *, verify: bool
-) -> tuple[Snapshot, npt.NDArray[np.int64]]:
-    """A snapshot over the fetched ``buffers`` (record i of ``idx`` alone in chunk i, at
-    offset 0) and the indices into its table; its checksum entries are the records' own,
-    moved with them where they matched the record's old place and pointing nowhere where they
-    did not, and records without one left past the end of the sidecar, so the core decides
-    checked, unchecked and damaged exactly as it would over the mapped store."""
-    n = len(idx)
-    table = snap.table[idx].copy()
-    table["offset"] = 0
-    table["chunk_id"] = np.arange(n)
-    local = np.arange(n, dtype=np.int64)
-    sums = None
-    if verify and snap.sums is not None:
-        has = idx < len(snap.sums)
-        order = np.argsort(~has, kind="stable")  # the records with an entry first
-        old = table[order]
-        local[order] = np.arange(n)
-        m = int(has.sum())
-        sums = snap.sums[idx[order[:m]]].copy()
-        locs = snap.table[idx[order[:m]]]
-        same = (
-            (sums["offset"] == locs["offset"]) & (sums["chunk_id"] == locs["chunk_id"])
-            & (sums["phys_length"] == locs["phys_length"]) & (sums["codec"] == locs["codec"])
-        )  # fmt: skip
-        sums["offset"] = np.where(same, 0, sums["offset"])
-        sums["chunk_id"] = np.where(same, old["chunk_id"][:m], _NO_CHUNK)
-        table = old
-    limits = np.array([len(b) for b in buffers], np.uint64)
-    staged = replace(
-        snap, table=table, tail_chunk=0, tail_offset=0, limits=limits,
-        maps=_native.chunks_from_buffers(buffers), sums=sums,
-    )  # fmt: skip
-    return staged, local

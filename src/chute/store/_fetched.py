@@ -1,0 +1,281 @@
+"""Decoding records fetched from object storage: one batch, of one store or of the shards of
+a dataset, in one round of requests and (usually) one native call.
+
+The records' stored bytes come back from `chute._objects.ObjectReader.read_spans` as spans:
+the answers of merged requests, or the parts of cached blocks. The compiled core decodes them
+where they lie: each span is a chunk of a staged snapshot (``_native.chunks_from_buffers``)
+and a copy of the batch's table entries points into it (chunk: the span; offset: the
+record's place in it), so the core checks every offset, length and (``verify=True``)
+checksum exactly as it does over mapped files, and writes into the caller's buffer. Only a
+record that runs across two spans (over a cached block's edge) is copied, into a span of
+its own.
+
+Records of stores with different dictionaries (or checksum rules) decode in one native call
+each kind; the shards of a dataset without dictionaries share both, so a batch is one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from chute import _native
+from chute._native import codes
+from chute._objects import Buffer, ObjectInfo, cut
+from chute.store import _format as fmt
+from chute.store import _read
+from chute.store._files import Snapshot
+
+if TYPE_CHECKING:
+    from chute.store._remote import RemoteStore
+
+#: Records decoded per round. A record adds at most three chunks to the staged snapshot (two
+#: spans over a block edge, and the copy joining them), whose chunk ids are 16 bits, one
+#: value of which marks a checksum entry that matches no record.
+ROUND = 0xFFFF // 3
+_NO_CHUNK = 0xFFFF
+_PER_PART = 1 << 16  # (piece, chunk) as one key: chunk ids are 16 bits
+_PER_REQUEST = 1 << 44  # (request, offset) as one key: objects stay under 16 TiB
+
+
+class Part(NamedTuple):
+    """One store's share of a batch: the store, the snapshot it reads, its records, and the
+    byte offset in the destination where each goes."""
+
+    store: RemoteStore
+    snap: Snapshot
+    idx: npt.NDArray[np.int64]
+    offsets: npt.NDArray[np.uint64]
+
+
+class PartFailed(Exception):
+    """The gather failed at a record of part ``part`` (``failed.pos`` counts within it)."""
+
+    def __init__(self, part: int, failed: _read.GatherFailed) -> None:
+        super().__init__(part, failed)
+        self.part, self.failed = part, failed
+
+
+class _Piece(NamedTuple):
+    part: int  # which of the caller's parts
+    first: int  # where in it the piece starts
+    store: RemoteStore
+    snap: Snapshot
+    idx: npt.NDArray[np.int64]
+    offsets: npt.NDArray[np.uint64]
+
+
+def decode(parts: Sequence[Part], dst: Any, stride: int, *, verify: bool, threads: int) -> int:
+    """Fetch the records of ``parts`` and decode them into ``dst`` (each at its offset;
+    ``stride``, if not 0, the size every record must have), in rounds of at most `ROUND`
+    records; return how many had no checksum to match. A bad record is a `PartFailed`
+    naming its part, a failed request a `chute.errors.RemoteError`."""
+    unchecked = 0
+    for pieces in _rounds(parts):
+        unchecked += _decode_round(pieces, dst, stride, verify=verify, threads=threads)
+    return unchecked
+
+
+def _rounds(parts: Sequence[Part]) -> list[list[_Piece]]:
+    rounds: list[list[_Piece]] = [[]]
+    room = ROUND
+    for k, part in enumerate(parts):
+        a, n = 0, len(part.idx)
+        while a < n:
+            if room == 0:
+                rounds.append([])
+                room = ROUND
+            b = min(n, a + room)
+            rounds[-1].append(_Piece(k, a, part.store, part.snap, part.idx[a:b], part.offsets[a:b]))
+            room -= b - a
+            a = b
+    return rounds
+
+
+def _failed(piece: _Piece, failed: _read.GatherFailed) -> PartFailed:
+    return PartFailed(
+        piece.part, _read.GatherFailed(failed.code, piece.first + failed.pos, failed.detail)
+    )
+
+
+def _decode_round(
+    pieces: list[_Piece], dst: Any, stride: int, *, verify: bool, threads: int
+) -> int:
+    if not pieces:
+        return 0
+    entries = []
+    for piece in pieces:
+        try:
+            entries.append(piece.store._entries(piece.snap, piece.idx))
+        except _read.GatherFailed as failed:
+            raise _failed(piece, failed) from None
+    sizes = [len(piece.idx) for piece in pieces]
+    starts = np.cumsum([0, *sizes])
+    if len(entries) == 1:
+        table, limit = entries[0]
+    else:
+        # as bytes: numpy promotes a structured dtype once per array joined, which costs more
+        table = np.concatenate([locs.view(np.uint8) for locs, _ in entries]).view(fmt.LOC_DTYPE)
+        limit = np.concatenate([lim for _, lim in entries])
+    try:
+        _check(table, limit, stride)
+    except _read.GatherFailed as failed:
+        j = int(np.searchsorted(starts, failed.pos, side="right")) - 1
+        local = _read.GatherFailed(failed.code, failed.pos - int(starts[j]), failed.detail)
+        raise _failed(pieces[j], local) from None
+    chunks, table = _staged(pieces, table, sizes)
+    local = np.arange(len(table), dtype=np.int64)
+    sums = None
+    if verify:
+        table, local, sums = _staged_sums(pieces, table, local)
+    staged = replace(
+        pieces[0].snap, table=table, tail_chunk=0, tail_offset=0,
+        limits=np.array([memoryview(c).nbytes for c in chunks], np.uint64),
+        maps=_native.chunks_from_buffers(chunks), sums=sums,
+    )  # fmt: skip
+    offsets = np.concatenate([piece.offsets for piece in pieces])
+    kinds: dict[tuple[int, bool], list[int]] = {}
+    for j, piece in enumerate(pieces):
+        kinds.setdefault((id(piece.snap.ddict), piece.snap.strict), []).append(j)
+    unchecked = 0
+    for members in kinds.values():
+        first = pieces[members[0]].snap
+        if len(members) == len(pieces):
+            at = np.arange(len(local))
+        else:
+            at = np.concatenate([np.arange(starts[j], starts[j + 1]) for j in members])
+        try:
+            unchecked += _read.gather(
+                replace(staged, ddict=first.ddict, strict=first.strict), local[at], dst, 0,
+                offsets[at], verify=verify, threads=threads,
+            )  # fmt: skip
+        except _read.GatherFailed as failed:
+            pos = int(at[failed.pos])
+            j = int(np.searchsorted(starts, pos, side="right")) - 1
+            piece = pieces[j]
+            detail = failed.detail
+            if failed.code == codes.GE_SUMS and piece.snap.sums is not None:
+                detail = len(piece.snap.sums)
+            raise _failed(
+                piece, _read.GatherFailed(failed.code, pos - int(starts[j]), detail)
+            ) from None
+    return unchecked
+
+
+def _check(table: npt.NDArray[np.void], limit: npt.NDArray[np.int64], stride: int) -> None:
+    """Every check a mapped store's gather makes before it reads (size, chunk, bounds), on
+    the entries of a round (``limit``: the readable size of each one's chunk, -1 for a chunk
+    the store does not have); `GatherFailed` at the first bad record, as the core would."""
+    logic, phys = table["logic_length"], table["phys_length"]
+    end = table["offset"].astype(np.int64) + phys
+    too_large = (logic > fmt.MAX_RECORD) | (phys > fmt.MAX_RECORD)
+    checks = [
+        (too_large, codes.GE_TOO_LARGE, np.where(logic > fmt.MAX_RECORD, logic, phys)),
+        ((logic != stride) if stride else None, codes.GE_DST, logic),
+        (limit < 0, codes.GE_CHUNK, table["chunk_id"]),
+        (end > limit, codes.GE_BOUNDS, end),
+    ]
+    bad = too_large | (end > limit)  # a missing chunk's limit is -1: out of bounds too
+    if stride:
+        bad |= logic != stride
+    if bad.any():
+        pos = int(np.argmax(bad))
+        code, detail = next((c, d) for f, c, d in checks if f is not None and f[pos])
+        raise _read.GatherFailed(code, pos, int(detail[pos]))
+
+
+def _staged(
+    pieces: list[_Piece], table: npt.NDArray[np.void], sizes: list[int]
+) -> tuple[list[Buffer], npt.NDArray[np.void]]:
+    """Fetch the stored bytes of the records in ``table`` (the pieces' entries end to end):
+    the spans read (the chunks of the staged snapshot) and a copy of ``table`` pointing
+    into them."""
+    n = len(table)
+    owner = np.repeat(np.arange(len(pieces), dtype=np.int64), sizes)
+    phys = table["phys_length"].astype(np.int64)
+    begin = table["offset"].astype(np.int64)
+    wanted = np.flatnonzero(phys > 0)  # an empty record needs no bytes
+    key = owner[wanted] * _PER_PART + table["chunk_id"][wanted]
+    order = np.argsort(key, kind="stable")
+    records, key = wanted[order], key[order]
+    cuts = np.flatnonzero(key[1:] != key[:-1]) + 1
+    heads = np.concatenate(([0], cuts)).tolist() if len(records) else []
+    ends = [*heads[1:], len(records)][: len(heads)]
+    lo, hi = begin[records].tolist(), (begin[records] + phys[records]).tolist()
+    requests: list[tuple[ObjectInfo, list[tuple[int, int]]]] = []
+    for a, b in zip(heads, ends, strict=True):
+        j, chunk = divmod(int(key[a]), _PER_PART)
+        info = pieces[j].store._chunks[chunk]
+        assert info is not None  # every chunk a record names was HEADed by _entries
+        requests.append((info, list(zip(lo[a:b], hi[a:b], strict=True))))
+    reader = pieces[0].store._reader
+    if any(piece.store._reader is not reader for piece in pieces):
+        raise AssertionError("the stores of one fetch share one reader")
+    answers = reader.read_spans(requests)
+    chunks: list[Buffer] = []
+    span_keys: list[int] = []
+    for r, spans in enumerate(answers):
+        for base, data in spans:
+            chunks.append(data)
+            span_keys.append(r * _PER_REQUEST + base)
+    span_ends = np.array(
+        [k + memoryview(c).nbytes for k, c in zip(span_keys, chunks, strict=True)], np.int64
+    )
+    keys = np.array(span_keys, np.int64)
+    request = np.repeat(np.arange(len(requests), dtype=np.int64), np.diff([*heads, len(records)]))
+    wide = request * _PER_REQUEST + begin[records]
+    span = np.searchsorted(keys, wide, side="right") - 1
+    inside = (span >= 0) & (wide + phys[records] <= span_ends[np.maximum(span, 0)])
+    chunk_of = np.zeros(n, np.int64)
+    offset_of = np.zeros(n, np.int64)
+    chunk_of[records] = span
+    offset_of[records] = wide - keys[np.maximum(span, 0)]
+    for p in np.flatnonzero(~inside).tolist():  # across a block edge: joined in a copy
+        r = int(request[p])
+        chunks.append(bytes(cut(answers[r], lo[p], hi[p])))
+        chunk_of[records[p]] = len(chunks) - 1
+        offset_of[records[p]] = 0
+    if not chunks:  # every record empty: they point at an empty chunk
+        chunks.append(b"")
+    staged = table.copy()
+    staged["chunk_id"] = chunk_of
+    staged["offset"] = offset_of
+    return chunks, staged
+
+
+def _staged_sums(
+    pieces: list[_Piece], table: npt.NDArray[np.void], local: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.void], npt.NDArray[np.int64], npt.NDArray[np.void] | None]:
+    """The staged table reordered with the records that have a checksum entry first, where
+    each record now is, and those entries moved with their records (an entry that did not
+    match its record's old place points nowhere), so the core decides checked, unchecked and
+    damaged exactly as it would over the mapped store."""
+    has = np.concatenate(
+        [piece.idx < (0 if piece.snap.sums is None else len(piece.snap.sums))
+         for piece in pieces]
+    )  # fmt: skip
+    m = int(has.sum())
+    if m == 0:
+        return table, local, None
+    order = np.argsort(~has, kind="stable")
+    local = np.empty_like(local)
+    local[order] = np.arange(len(order))
+    rows = [
+        (piece.snap.sums[piece.idx[piece.idx < len(piece.snap.sums)]],
+         piece.snap.table[piece.idx[piece.idx < len(piece.snap.sums)]])
+        for piece in pieces if piece.snap.sums is not None
+    ]  # fmt: skip
+    sums = np.concatenate([s for s, _ in rows])
+    old = np.concatenate([t for _, t in rows])
+    moved = table[order]
+    same = (
+        (sums["offset"] == old["offset"]) & (sums["chunk_id"] == old["chunk_id"])
+        & (sums["phys_length"] == old["phys_length"]) & (sums["codec"] == old["codec"])
+    )  # fmt: skip
+    sums["offset"] = np.where(same, moved["offset"][:m], sums["offset"])
+    sums["chunk_id"] = np.where(same, moved["chunk_id"][:m], _NO_CHUNK)
+    return moved, local, sums
