@@ -125,8 +125,8 @@ def _decode_round(
         _check(table, limit, stride)
     except _read.GatherFailed as failed:
         j = int(np.searchsorted(starts, failed.pos, side="right")) - 1
-        local = _read.GatherFailed(failed.code, failed.pos - int(starts[j]), failed.detail)
-        raise _failed(pieces[j], local) from None
+        within = _read.GatherFailed(failed.code, failed.pos - int(starts[j]), failed.detail)
+        raise _failed(pieces[j], within) from None
     chunks, table = _staged(pieces, table, sizes)
     local = np.arange(len(table), dtype=np.int64)
     sums = None
