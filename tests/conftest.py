@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,3 +78,14 @@ def make_bucket(endpoint: str, bucket: str) -> None:
     """Create ``bucket`` on the test server (an existing one is kept)."""
     request = urllib.request.Request(f"{endpoint}/{bucket}", method="PUT")
     urllib.request.urlopen(request).close()
+
+
+@pytest.fixture(params=["local", "s3"])
+def serve(request: pytest.FixtureRequest) -> Any:
+    """Reads each test's datasets from their folder (``local``) or through s3:// (``s3``),
+    uploaded to the moto server: tests that read a dataset take it, so each runs on both."""
+    from tests.objects.remote import Serve
+
+    if request.param == "local":
+        return Serve(None)
+    return Serve(request.getfixturevalue("s3_server"))

@@ -24,7 +24,7 @@ from chute import DataLoader
 from chute._util.buffers import plain
 from chute.frameworks import DeviceLoader, to_device
 from chute.frameworks._device import DeviceView
-from tests.datasets.conftest import Serve
+from tests.objects.remote import Serve
 
 from .store.isolate import OK, WRONG_DATA, run_isolated
 

@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 
 import chute
 from chute import CorruptStoreError, Dataset, StoreNotFoundError, write_dataset
-from tests.datasets.conftest import Serve
+from tests.objects.remote import Serve
 
 ARRAY = np.arange(40 * 2 * 3, dtype=np.float32).reshape(40, 2, 3) / 7
 #: How each kind of dataset is written: one store, or shards of 7 records (6 shards for 40).

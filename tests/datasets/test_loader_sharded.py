@@ -11,7 +11,7 @@ import pytest
 import chute
 from chute import DataLoader, Dataset, EvalPass, RaggedDataset, write_dataset, write_ragged
 from chute.datasets import ShardedStore
-from tests.datasets.conftest import Serve
+from tests.objects.remote import Serve
 
 N = 800
 IMAGES = np.random.default_rng(0).integers(0, 255, (N, 3, 4), dtype=np.uint8)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import chute
 from chute import DataLoader, RaggedDataset, pad, write_ragged
-from tests.datasets.conftest import Serve
+from tests.objects.remote import Serve
 
 #: One store, or shards of 7 records.
 KINDS: dict[str, dict[str, Any]] = {"single": {}, "sharded": {"shard_records": 7}}

@@ -23,7 +23,7 @@ from chute import (
 )
 from chute.cli import main as cli
 from chute.datasets import ShardedStore, is_sharded, read_manifest
-from tests.datasets.conftest import Serve
+from tests.objects.remote import Serve
 
 ROWS = (np.arange(103 * 4, dtype=np.int32).reshape(103, 4) * 7) % 1000
 

@@ -15,7 +15,7 @@ from chute import RecordStore
 from chute.cli import main as cli
 from chute.datasets import RecordSource, ShardedStore
 from chute.errors import ChuteError, RecordIndexError
-from tests.datasets.conftest import Serve
+from tests.objects.remote import Serve
 
 ROWS = np.arange(40, dtype=np.int32).reshape(10, 4)
 

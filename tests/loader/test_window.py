@@ -18,6 +18,7 @@ import chute
 from chute import DataLoader, ShardWindowSampler
 from chute._native import fill_window
 from chute.errors import StateMismatchError
+from tests.objects.remote import Serve
 
 from ..store.isolate import OK, UNEXPECTED, run_isolated
 from ..util.test_state import Case, check_resumes, take_next
@@ -176,8 +177,10 @@ def sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _loader(path: Path, **kw: Any) -> DataLoader:
-    return DataLoader({"x": chute.Dataset(path)}, **{"sampler": "window", **kw})
+def _loader(path: Path, serve: Serve | None = None, **kw: Any) -> DataLoader:
+    """The window loader over the dataset at ``path``, read as ``serve`` reads it."""
+    ds = chute.Dataset(path) if serve is None else serve.open(chute.Dataset, path)
+    return DataLoader({"x": ds}, **{"sampler": "window", **kw})
 
 
 def test_a_sharded_dataset_tells_its_shard_lengths(sharded: Path, tmp_path: Path) -> None:
@@ -191,8 +194,8 @@ def test_a_sharded_dataset_tells_its_shard_lengths(sharded: Path, tmp_path: Path
         assert one.shard_lengths is None
 
 
-def test_the_loader_draws_the_window_stream_from_the_shards(sharded: Path) -> None:
-    ds = chute.Dataset(sharded)
+def test_the_loader_draws_the_window_stream_from_the_shards(sharded: Path, serve: Serve) -> None:
+    ds = serve.open(chute.Dataset, sharded)
     expected = ShardWindowSampler(ds.shard_lengths, 16, window=2, seed=4)
     streams = {"x": ds, "i": np.arange(103)}
     kw = {"window": 2, "seed": 4, "num_threads": 3, "prefetch": 8}
@@ -210,9 +213,9 @@ def test_the_loader_draws_the_window_stream_from_the_shards(sharded: Path) -> No
     ds.close()
 
 
-def test_each_host_draws_its_slice(sharded: Path) -> None:
+def test_each_host_draws_its_slice(sharded: Path, serve: Serve) -> None:
     def stream(shard: tuple[int, int]) -> list[np.ndarray]:
-        with _loader(sharded, batch_size=12, window=3, seed=1, shard=shard) as loader:
+        with _loader(sharded, serve, batch_size=12, window=3, seed=1, shard=shard) as loader:
             return [next(loader)["x"] for _ in range(20)]
 
     whole = stream((0, 1))
@@ -221,18 +224,22 @@ def test_each_host_draws_its_slice(sharded: Path) -> None:
         np.testing.assert_array_equal(np.concatenate([h[step] for h in hosts]), whole[step])
 
 
-def test_state_resumes_the_uninterrupted_stream(sharded: Path) -> None:
+def test_state_resumes_the_uninterrupted_stream(sharded: Path, serve: Serve) -> None:
     def sampler() -> ShardWindowSampler:
         return ShardWindowSampler([10] * 10 + [3], 12, window=3, seed=1)
 
     cases = [
         Case(lambda: ShardWindowSampler(LENGTHS, 8, window=3, seed=7), take_next, 8),
         Case(
-            lambda: _loader(sharded, batch_size=8, window=2, seed=3, num_threads=2, prefetch=3),
+            lambda: _loader(
+                sharded, serve, batch_size=8, window=2, seed=3, num_threads=2, prefetch=3
+            ),
             take_next,
             103 // 8,
         ),
-        Case(lambda: _loader(sharded, sampler=sampler(), shard=(1, 2)), take_next, 103 // 12),
+        Case(
+            lambda: _loader(sharded, serve, sampler=sampler(), shard=(1, 2)), take_next, 103 // 12
+        ),
     ]
     for case in cases:
         check_resumes(case)

@@ -59,3 +59,26 @@ def to_memory(folder: str | os.PathLike[str]) -> MemoryStore:
     store = MemoryStore()
     upload(folder, store)
     return store
+
+
+class Serve:
+    """``serve(ds)``: ``ds`` as written, or uploaded and reopened by URL as the same class;
+    ``serve.open(cls, path, **kw)``: ``cls(path, **kw)``, or the folder uploaded first and
+    ``cls(url, **options, **kw)`` (so damage made to the folder travels with it)."""
+
+    def __init__(self, endpoint: str | None) -> None:
+        self.endpoint = endpoint
+        self.remote = endpoint is not None
+
+    def __call__(self, dataset: Any) -> Any:
+        if self.endpoint is None:
+            return dataset
+        path = dataset.path
+        dataset.close()
+        return self.open(type(dataset), path)
+
+    def open(self, kind: Any, path: str | os.PathLike[str], **kwargs: Any) -> Any:
+        if self.endpoint is None:
+            return kind(path, **kwargs)
+        url, options = to_s3(path, self.endpoint)
+        return kind(url, **options, **kwargs)
