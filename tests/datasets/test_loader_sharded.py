@@ -3,6 +3,7 @@ and a host with ``shard=`` opening only the shards its slice of the batch lies i
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -98,3 +99,25 @@ def test_an_evaluation_pass_and_its_host_slices_read_every_record_once(
                 hosts.append(np.concatenate([b["x"][b["mask"]] for b in part]))
         together = np.concatenate(hosts)
         assert sorted(together[:, 0].tolist()) == rows[:, 0].tolist()
+
+
+def test_the_loader_opens_the_shards_of_queued_steps_ahead(tmp_path: Path, serve: Serve) -> None:
+    write_dataset(tmp_path / "d", IMAGES, shard_records=50).close()  # 16 shards
+    ds = serve.open(Dataset, tmp_path / "d")
+    store = ds.store
+    assert isinstance(store, ShardedStore)
+    with DataLoader({"x": ds}, batch_size=50, sampler="sequential", prefetch=6) as dl:
+        assert np.array_equal(next(dl)["x"], IMAGES[:50])
+        if serve.remote:  # steps 0-5 are queued: their shards open in the background
+            deadline = time.monotonic() + 30
+            while set(store.opened_shards) < set(range(6)) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert set(range(6)) <= set(store.opened_shards)
+            assert dl._ahead == [ds]
+        else:  # local shards gain nothing: the loader stops asking after the first step
+            assert dl._ahead == []
+        for step in range(1, 16):
+            assert np.array_equal(next(dl)["x"], IMAGES[50 * step : 50 * step + 50])
+    assert ds.readahead(np.arange(N)) is serve.remote
+    ds.close()
+    assert ds.readahead(np.arange(N)) is serve.remote  # closed: nothing started, no error

@@ -332,10 +332,21 @@ class ObjectReader:
         """For each ``(path, n)``, side by side: the object's info and its first ``n`` bytes
         (all of it, if it is shorter). One request each, so the small files a dataset opens
         with cost one round trip together; with ``missing_ok`` a missing object is None."""
-        return self._run(
-            [partial(self._read_start, path, n, whole=False, missing_ok=missing_ok)
-             for path, n in items]
-        )  # fmt: skip
+        return self.starts_and_heads(items, (), missing_ok=missing_ok)[0]
+
+    def starts_and_heads(
+        self, items: Sequence[tuple[str, int]], heads: Sequence[str], *, missing_ok: bool
+    ) -> tuple[list[tuple[ObjectInfo, bytes] | None], list[ObjectInfo | None]]:
+        """`read_starts` of ``items`` and, in the same round trip, a look at ``heads``:
+        their infos, None for one missing or that failed to answer (a guess that may be
+        wrong: the caller asks again when it needs the object)."""
+        calls: list[Callable[[], Any]] = [
+            partial(self._read_start, path, n, whole=False, missing_ok=missing_ok)
+            for path, n in items
+        ]
+        calls += [partial(self._head_or_none, path) for path in heads]
+        found = self._run(calls)
+        return found[: len(items)], found[len(items) :]
 
     def read_ranges(self, info: ObjectInfo, ranges: Sequence[Range]) -> list[Buffer]:
         """One buffer per range of ``ranges`` (each within the object): `read_spans` of the
@@ -399,6 +410,12 @@ class ObjectReader:
         spans = self._fetch_all([(info, ranges)])[0]
         starts = [start for start, _ in spans]
         return [cut(spans, start, end, starts) for start, end in ranges]
+
+    def _head_or_none(self, path: str) -> ObjectInfo | None:
+        try:
+            return self._head(path, True)
+        except RemoteError:
+            return None
 
     def _head(self, path: str, missing_ok: bool = False) -> ObjectInfo | None:
         try:

@@ -9,6 +9,7 @@ that reads one slice of the dataset opens only the shards that slice lies in.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -103,6 +104,9 @@ class ShardedStore(Closing):
         self._uniform = np.full(len(self._stores), -1, np.int64)
         self._gathers = np.zeros(len(self._stores), np.int64)
         self._lock = threading.Lock()
+        self._ahead: set[int] = set()  # shards being opened by readahead
+        self._ahead_pool: ThreadPoolExecutor | None = None
+        self._ahead_pid = 0
         self._closed = False
 
     @property
@@ -161,11 +165,57 @@ class ShardedStore(Closing):
         opened = self._guarded(lambda: self._open_shard(i))
         with self._lock:  # opened outside the lock, so shards open side by side
             store = self._stores[i]
-            if store is None:
+            if store is None and not self._closed:
                 self._stores[i] = opened
                 return opened
-        opened.close()  # another thread opened it first
+        opened.close()  # another thread opened it first, or the dataset closed meanwhile
+        self._check_open()
+        assert store is not None
         return store
+
+    def readahead(self, indices: IndexLike) -> bool:
+        """Start opening, on a background thread, the shards a later gather of ``indices``
+        reads, where the dataset is in object storage (their tables, checksums and chunk
+        sizes: the round trips a first read of a shard waits for); returns at once. Indices
+        out of range are left to that gather to report, and so is a shard that fails to
+        open. Returns whether reading ahead does anything here (not for local shards).
+
+        >>> import tempfile, numpy as np, chute
+        >>> ds = chute.write_dataset(tempfile.mkdtemp() + "/d", np.arange(8), shard_records=4)
+        >>> ds.store.readahead([5, 6]), ds.store.opened_shards
+        (False, ())
+        """
+        if self._dir.fanout <= 1:
+            return False
+        if self._closed:
+            return True
+        idx = np.asarray(indices).reshape(-1)
+        if idx.dtype.kind not in "iu":
+            return True
+        idx = idx[(idx >= 0) & (idx < self._length)]
+        shards = set((np.searchsorted(self._starts, idx, side="right") - 1).tolist())
+        with self._lock:
+            todo = sorted(s for s in shards if self._stores[s] is None and s not in self._ahead)
+            self._ahead.update(todo)
+            if not todo:
+                return True
+            if self._ahead_pool is None or self._ahead_pid != os.getpid():
+                self._ahead_pool = ThreadPoolExecutor(1, thread_name_prefix="chute-readahead")
+                self._ahead_pid = os.getpid()
+            pool = self._ahead_pool
+        pool.submit(self._open_ahead, todo)
+        return True
+
+    def _open_ahead(self, todo: list[int]) -> None:
+        def quietly(i: int) -> None:
+            with contextlib.suppress(Exception):  # the gather that needs it raises it
+                self.shard(i)
+
+        try:
+            self._dir.map(quietly, todo)
+        finally:
+            with self._lock:
+                self._ahead.difference_update(todo)
 
     def _open_shards(self, shards: Iterable[int]) -> None:
         """Open the shards of ``shards`` not open yet, side by side where the folder reads
@@ -440,10 +490,14 @@ class ShardedStore(Closing):
 
     def close(self) -> None:
         """Close every opened shard; idempotent."""
-        self._closed = True
+        with self._lock:
+            self._closed = True
         if self._executor is not None and self._executor_pid == os.getpid():
             self._executor.shutdown(wait=True)
         self._executor = None
+        if self._ahead_pool is not None and self._ahead_pid == os.getpid():
+            self._ahead_pool.shutdown(wait=False)  # a shard it opens now is closed at once
+        self._ahead_pool = None
         for store in self._stores:
             if store is not None:
                 store.close()

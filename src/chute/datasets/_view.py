@@ -83,6 +83,14 @@ class StoreView(Closing):
             self._seen = n = len(self)
         return check_indices(flat, n, bounds)
 
+    def readahead(self, indices: Any) -> bool:
+        """Start fetching, in the background, what a later read of ``indices`` would wait
+        for (the shards of a dataset in object storage, opened ahead), and return at once;
+        whether that does anything for this dataset (not on local disk). The loader calls it
+        for the steps it queues."""
+        ahead = getattr(self._store, "readahead", None)
+        return bool(ahead(indices)) if ahead is not None else False
+
     @property
     def path(self) -> Path | str:
         """The dataset's folder, or its URL."""

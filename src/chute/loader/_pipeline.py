@@ -28,7 +28,7 @@ from chute._util.cores import usable_cores
 from chute._util.state import StateLayout, check_state, make_state
 from chute.errors import LoaderInUseError, LoaderTimeoutError
 from chute.loader._sampler import _check_u64
-from chute.loader._streams import Batch, GathersInto, Stream
+from chute.loader._streams import Batch, GathersInto, ReadsAhead, Stream
 from chute.loader._workers import CLOSE_WAIT, Workers
 
 #: The most batches a loader builds ahead. A few keep the workers busy; past that, more only
@@ -88,6 +88,7 @@ class Pipeline(Closing):
             raise TypeError("transform must be a callable taking and returning a batch dict")
         self.streams = streams
         self.transform = transform
+        self._ahead = [s for s in streams.values() if isinstance(s, ReadsAhead)]
         self._pending: deque[Future[Batch]] = deque()
         self._next_submit = 0
         self._pool: Workers | None = None
@@ -222,6 +223,8 @@ class Pipeline(Closing):
             self.seek(self.step)
         while len(self._pending) < self.prefetch and (end is None or self._next_submit < end):
             self._pending.append(pool.submit(self.batch_at, self._next_submit))
+            if self._ahead:  # queued steps' shards in object storage start opening now
+                self._read_ahead(self._next_submit)
             self._next_submit += 1
         future = self._pending.popleft()
         try:
@@ -237,6 +240,10 @@ class Pipeline(Closing):
             raise
         self._move(self.step + 1)
         return batch
+
+    def _read_ahead(self, step: int) -> None:
+        indices, _ = self._plan(step)
+        self._ahead = [stream for stream in self._ahead if stream.readahead(indices)]
 
     def _drop_pending(self) -> None:
         for future in self._pending:

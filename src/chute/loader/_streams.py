@@ -51,6 +51,15 @@ class GathersInto(Protocol):
     ) -> npt.NDArray[Any]: ...
 
 
+@runtime_checkable
+class ReadsAhead(Protocol):
+    """A stream that can start fetching a later batch's records in the background
+    (``chute.Dataset`` in object storage opens the shards ahead); returns whether doing so
+    does anything for it, so the loader stops asking one that never gains."""
+
+    def readahead(self, indices: npt.NDArray[np.uint64]) -> bool: ...
+
+
 class _ArrayStream:
     """An in-memory numpy array (or memory map) as a stream: one fancy-index per batch."""
 

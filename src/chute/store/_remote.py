@@ -174,8 +174,10 @@ class RemoteStore(RecordStore, remote=True):
         where = str(self._url)
         names = (fmt.META_FILE, fmt.SUMS_FILE, fmt.GEN_FILE, fmt.DICT_FILE, fmt.DICT_SUM_FILE)
         limits = (FIRST_READ, FIRST_READ, fmt.GEN_HEADER.size, fmt.MAX_DICT + 1, fmt.DICT_SUM.size)
-        found = self._reader.read_starts(
+        # chunk 0 is HEADed in the same round: most stores have that one chunk alone
+        found, (first_chunk,) = self._reader.starts_and_heads(
             [(self._prefix + name, n) for name, n in zip(names, limits, strict=True)],
+            [self._prefix + fmt.chunk_file(0)],
             missing_ok=True,
         )
         meta, sums, gen, dictionary, stamp = found
@@ -220,11 +222,16 @@ class RemoteStore(RecordStore, remote=True):
                 )
         self._chunks = [None] * (tail_chunk + 1)
         self._seen = np.zeros(tail_chunk + 1, bool)
-        return Snapshot(
+        snap = Snapshot(
             table=entries, tail_chunk=tail_chunk, tail_offset=tail_offset,
             limits=np.zeros(tail_chunk + 1, np.uint64), maps=None, sums=table_sums,
             strict=strict, ddict=ddict, generation=generation,
         )  # fmt: skip
+        if first_chunk is not None:
+            self._chunks[0] = first_chunk
+            self._seen[0] = True
+            self._set_limits(snap)
+        return snap
 
     def _rest(self, info: ObjectInfo, start: bytes, size: int) -> bytes:
         """The first ``size`` bytes of an object whose first bytes ``start`` were read (the
@@ -274,8 +281,12 @@ class RemoteStore(RecordStore, remote=True):
                     )
                 self._chunks[c] = info
                 self._seen[c] = True
-            sizes = [0 if info is None else info.size for info in self._chunks]
-            snap.limits[:] = chunk_limits(sizes, snap.tail_chunk, snap.tail_offset)
+            self._set_limits(snap)
+
+    def _set_limits(self, snap: Snapshot) -> None:
+        """Each chunk's readable limit, from the sizes of the chunk objects seen so far."""
+        sizes = [0 if info is None else info.size for info in self._chunks]
+        snap.limits[:] = chunk_limits(sizes, snap.tail_chunk, snap.tail_offset)
 
     # ---- state ---------------------------------------------------------------------
 
