@@ -13,7 +13,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -105,6 +105,7 @@ class ShardedStore(Closing):
         self._gathers = np.zeros(len(self._stores), np.int64)
         self._lock = threading.Lock()
         self._ahead: set[int] = set()  # shards being opened by readahead
+        self._opening: dict[int, Future[RecordStore]] = {}  # by whichever thread came first
         self._ahead_pool: ThreadPoolExecutor | None = None
         self._ahead_pid = 0
         self._closed = False
@@ -157,21 +158,43 @@ class ShardedStore(Closing):
         return self._length
 
     def shard(self, i: int) -> RecordStore:
-        """Shard ``i`` opened read-only (on first use, checked against the manifest)."""
+        """Shard ``i`` opened read-only (on first use, checked against the manifest). A shard
+        another thread is opening (a readahead, say) is waited for, not opened twice."""
         self._check_open()
         store = self._stores[i]
         if store is not None:
             return store
-        opened = self._guarded(lambda: self._open_shard(i))
-        with self._lock:  # opened outside the lock, so shards open side by side
+        with self._lock:
             store = self._stores[i]
-            if store is None and not self._closed:
+            if store is not None:
+                return store
+            opening = self._opening.get(i)
+            if opening is None:
+                mine: Future[RecordStore] = Future()
+                self._opening[i] = mine
+        if opening is not None:
+            try:
+                return opening.result()
+            except Exception:  # that thread's failure: this one tries for itself
+                return self.shard(i)
+        try:
+            opened = self._guarded(lambda: self._open_shard(i))
+        except BaseException as error:
+            with self._lock:
+                del self._opening[i]
+            mine.set_exception(error)
+            raise
+        with self._lock:  # opened outside the lock, so shards open side by side
+            del self._opening[i]
+            keep = not self._closed
+            if keep:
                 self._stores[i] = opened
-                return opened
-        opened.close()  # another thread opened it first, or the dataset closed meanwhile
-        self._check_open()
-        assert store is not None
-        return store
+        if not keep:  # the dataset closed meanwhile
+            opened.close()
+            mine.set_exception(StoreClosedError(f"the dataset at {self._path} is closed"))
+            self._check_open()
+        mine.set_result(opened)
+        return opened
 
     def readahead(self, indices: IndexLike) -> bool:
         """Start opening, on a background thread, the shards a later gather of ``indices``
