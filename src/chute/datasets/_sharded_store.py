@@ -30,7 +30,13 @@ from chute.datasets._folders import Folder, RemoteFolder, open_folder
 from chute.datasets._schema import RecordSchema
 from chute.datasets._sharded_manifest import Manifest, is_sharded
 from chute.datasets._source import RecordSource
-from chute.errors import ChuteError, CorruptStoreError, StoreChangedError, StoreClosedError
+from chute.errors import (
+    ChuteError,
+    CorruptStoreError,
+    RemoteError,
+    StoreChangedError,
+    StoreClosedError,
+)
 from chute.store import RecordStore
 from chute.store._internal import (
     IndexLike,
@@ -298,10 +304,17 @@ class ShardedStore(Closing):
             return
         shard = np.searchsorted(self._starts, idx, side="right") - 1
         first, last = int(shard.min()), int(shard.max())
-        if first != last:
-            self._open_shards(np.unique(shard).tolist())
+        try:
+            if first != last:
+                self._open_shards(np.unique(shard).tolist())
+            else:
+                only = self.shard(first)
+        except RemoteError as e:  # say which read met it, as a failed fetch does
+            raise type(e)(
+                f"{e} (opening the shards of record {int(idx[0])} and others of the batch)"
+            ) from None
         if first == last:
-            yield first, self.shard(first), np.arange(idx.size), idx - self._starts[first]
+            yield first, only, np.arange(idx.size), idx - self._starts[first]
             return
         order = np.argsort(shard, kind="stable")
         edges = np.searchsorted(shard[order], np.arange(first, last + 2))

@@ -18,20 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from chute import _native
 from chute._native import codes
-from chute._objects import Buffer, ObjectInfo, cut
+from chute._objects import Buffer, ObjectInfo, ObjectReader, cut
 from chute.store import _format as fmt
 from chute.store import _read
 from chute.store._files import Snapshot
-
-if TYPE_CHECKING:
-    from chute.store._remote import RemoteStore
 
 #: Records decoded per round. A record adds at most three chunks to the staged snapshot (two
 #: spans over a block edge, and the copy joining them), whose chunk ids are 16 bits, one
@@ -42,11 +39,23 @@ _PER_PART = 1 << 16  # (piece, chunk) as one key: chunk ids are 16 bits
 _PER_REQUEST = 1 << 44  # (request, offset) as one key: objects stay under 16 TiB
 
 
+class Fetches(Protocol):
+    """What this module asks of a store in object storage (`chute.store._remote.RemoteStore`):
+    its reader, its chunk objects as seen, and its table entries checked for a batch."""
+
+    _reader: ObjectReader
+    _chunks: list[ObjectInfo | None]
+
+    def _entries(
+        self, snap: Snapshot, idx: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.void], npt.NDArray[np.int64]]: ...
+
+
 class Part(NamedTuple):
     """One store's share of a batch: the store, the snapshot it reads, its records, and the
     byte offset in the destination where each goes."""
 
-    store: RemoteStore
+    store: Fetches
     snap: Snapshot
     idx: npt.NDArray[np.int64]
     offsets: npt.NDArray[np.uint64]
@@ -63,7 +72,7 @@ class PartFailed(Exception):
 class _Piece(NamedTuple):
     part: int  # which of the caller's parts
     first: int  # where in it the piece starts
-    store: RemoteStore
+    store: Fetches
     snap: Snapshot
     idx: npt.NDArray[np.int64]
     offsets: npt.NDArray[np.uint64]
