@@ -109,6 +109,9 @@ class _Counting(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 drops the SYNs of a burst of new connections (every
+    # request is one, as moto closes each), which the client resends only after 1 s
+    request_queue_size = 1024
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):  # not a client hanging up
