@@ -11,7 +11,7 @@ it is the only room besides `insitu` that imports obstore.
 """
 
 from chute._objects._cache import BlockCache
-from chute._objects._errors import ConditionalWritesUnsupported, remote_error
+from chute._objects._errors import ConditionalWritesUnsupported, in_batch, remote_error
 from chute._objects._lock import LEASE_S, RemoteLock
 from chute._objects._reader import (
     ObjectInfo,
@@ -69,6 +69,7 @@ __all__ = [
     "check_options",
     "cut",
     "delete_keys",
+    "in_batch",
     "is_option",
     "is_remote_url",
     "is_store_instance",

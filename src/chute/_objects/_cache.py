@@ -339,7 +339,7 @@ class _Reading:
     def look(self) -> bool:
         """Take the blocks already cached, without locks (the common case); True if that
         was all of them."""
-        return all(self._look(i, held=False) for i in sorted(self.wanted))
+        return all([self._look(i, held=False) for i in sorted(self.wanted)])
 
     def spans(self, got: dict[int, tuple[int, memoryview]]) -> list[Span]:
         """The parts of the blocks in ``got`` as spans of the object, in order."""
@@ -349,10 +349,8 @@ class _Reading:
     def blocks(self) -> dict[int, tuple[int, memoryview]]:
         """The parts of the blocks wanted, each as the offset in its block where it starts
         and its bytes (a fetched block whole), fetching and waiting as needed."""
-        wanted = sorted(self.wanted)
-        for i in wanted:  # without locks first: the common case, a block already there
-            self._look(i, held=False)
-        pending = [i for i in wanted if i not in self.got]
+        self.look()
+        pending = [i for i in sorted(self.wanted) if i not in self.got]
         delay = _POLL_FIRST
         while pending:
             waiting = self._round(pending)

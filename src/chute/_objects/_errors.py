@@ -40,6 +40,16 @@ def remote_error(url: str, error: BaseException) -> ChuteError:
     return RemoteError(f"{url}: the request failed (after its retries): {cause}")
 
 
+def in_batch(error: RemoteError, doing: str) -> RemoteError:
+    """``error`` (its own kind) saying which read of a batch met it: ``doing`` is e.g.
+    ``"reading record 7"``.
+
+    >>> str(in_batch(RemoteError("s3://b/d/0.zr: denied"), "reading record 7"))
+    's3://b/d/0.zr: denied (reading record 7 and others of the batch)'
+    """
+    return type(error)(f"{error} ({doing} and others of the batch)")
+
+
 def first_line(error: BaseException) -> str:
     """The first line of ``error``'s message (obstore's run to many), or its type's name."""
     text = str(error).strip().splitlines()

@@ -20,7 +20,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from chute._objects import local_path, reads_remotely
+from chute._objects import in_batch, local_path, reads_remotely
 from chute._util.checks import check_optional_int
 from chute._util.closing import Closing
 from chute._util.cores import usable_cores
@@ -197,8 +197,9 @@ class ShardedStore(Closing):
                 self._stores[i] = opened
         if not keep:  # the dataset closed meanwhile
             opened.close()
-            mine.set_exception(StoreClosedError(f"the dataset at {self._path} is closed"))
-            self._check_open()
+            closed = StoreClosedError(f"the dataset at {self._path} is closed")
+            mine.set_exception(closed)
+            raise closed
         mine.set_result(opened)
         return opened
 
@@ -310,9 +311,7 @@ class ShardedStore(Closing):
             else:
                 only = self.shard(first)
         except RemoteError as e:  # say which read met it, as a failed fetch does
-            raise type(e)(
-                f"{e} (opening the shards of record {int(idx[0])} and others of the batch)"
-            ) from None
+            raise in_batch(e, f"opening the shards of record {int(idx[0])}") from None
         if first == last:
             yield first, only, np.arange(idx.size), idx - self._starts[first]
             return

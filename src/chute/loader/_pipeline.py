@@ -135,7 +135,9 @@ class Pipeline(Closing):
 
     def batch_at(self, step: int) -> Batch:
         """The batch of ``step``, built on the calling thread; does not move the pipeline."""
-        indices, extra = self._plan(step)
+        return self._build(*self._plan(step))
+
+    def _build(self, indices: npt.NDArray[np.uint64], extra: Mapping[str, Any]) -> Batch:
         batch = {name: self._gather(stream, indices) for name, stream in self.streams.items()}
         batch.update(extra)
         batch = batch if self.transform is None else self.transform(batch)
@@ -222,9 +224,12 @@ class Pipeline(Closing):
         if self._next_submit - len(self._pending) != self.step:  # the step was moved
             self.seek(self.step)
         while len(self._pending) < self.prefetch and (end is None or self._next_submit < end):
-            self._pending.append(pool.submit(self.batch_at, self._next_submit))
-            if self._ahead:  # queued steps' shards in object storage start opening now
-                self._read_ahead(self._next_submit)
+            if self._ahead:  # a queued step's shards in object storage start opening now
+                plan = self._plan(self._next_submit)
+                self._ahead = [stream for stream in self._ahead if stream.readahead(plan[0])]
+                self._pending.append(pool.submit(self._build, *plan))
+            else:
+                self._pending.append(pool.submit(self.batch_at, self._next_submit))
             self._next_submit += 1
         future = self._pending.popleft()
         try:
@@ -240,10 +245,6 @@ class Pipeline(Closing):
             raise
         self._move(self.step + 1)
         return batch
-
-    def _read_ahead(self, step: int) -> None:
-        indices, _ = self._plan(step)
-        self._ahead = [stream for stream in self._ahead if stream.readahead(indices)]
 
     def _drop_pending(self) -> None:
         for future in self._pending:

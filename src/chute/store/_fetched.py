@@ -111,6 +111,17 @@ def _failed(piece: _Piece, failed: _read.GatherFailed) -> PartFailed:
     )
 
 
+def _failed_at(
+    pieces: list[_Piece], starts: npt.NDArray[np.int64], code: int, pos: int, detail: int
+) -> PartFailed:
+    """The failure at position ``pos`` of a round (its pieces end to end from ``starts``)."""
+    j = int(np.searchsorted(starts, pos, side="right")) - 1
+    piece = pieces[j]
+    if code == codes.GE_SUMS and piece.snap.sums is not None:
+        detail = len(piece.snap.sums)  # the entries of that store's sidecar, not the staged
+    return _failed(piece, _read.GatherFailed(code, pos - int(starts[j]), detail))
+
+
 def _decode_round(
     pieces: list[_Piece], dst: Any, stride: int, *, verify: bool, threads: int
 ) -> int:
@@ -130,20 +141,16 @@ def _decode_round(
         # as bytes: numpy promotes a structured dtype once per array joined, which costs more
         table = np.concatenate([locs.view(np.uint8) for locs, _ in entries]).view(fmt.LOC_DTYPE)
         limit = np.concatenate([lim for _, lim in entries])
-    try:
-        _check(table, limit, stride)
-    except _read.GatherFailed as failed:
-        j = int(np.searchsorted(starts, failed.pos, side="right")) - 1
-        within = _read.GatherFailed(failed.code, failed.pos - int(starts[j]), failed.detail)
-        raise _failed(pieces[j], within) from None
-    chunks, table = _staged(pieces, table, sizes)
+    bad = _check(table, limit, stride)
+    if bad is not None:
+        raise _failed_at(pieces, starts, *bad) from None
+    chunks, lengths, table = _staged(pieces, table, sizes)
     local = np.arange(len(table), dtype=np.int64)
     sums = None
     if verify:
         table, local, sums = _staged_sums(pieces, table, local)
     staged = replace(
-        pieces[0].snap, table=table, tail_chunk=0, tail_offset=0,
-        limits=np.array([memoryview(c).nbytes for c in chunks], np.uint64),
+        pieces[0].snap, table=table, tail_chunk=0, tail_offset=0, limits=lengths,
         maps=_native.chunks_from_buffers(chunks), sums=sums,
     )  # fmt: skip
     offsets = np.concatenate([piece.offsets for piece in pieces])
@@ -153,56 +160,52 @@ def _decode_round(
     unchecked = 0
     for members in kinds.values():
         first = pieces[members[0]].snap
-        if len(members) == len(pieces):
-            at = np.arange(len(local))
-        else:
+        at = None  # every record of the round, or the positions of this kind's pieces
+        if len(kinds) > 1:
             at = np.concatenate([np.arange(starts[j], starts[j + 1]) for j in members])
         try:
             unchecked += _read.gather(
-                replace(staged, ddict=first.ddict, strict=first.strict), local[at], dst, 0,
-                offsets[at], verify=verify, threads=threads,
+                replace(staged, ddict=first.ddict, strict=first.strict),
+                local if at is None else local[at], dst, 0,
+                offsets if at is None else offsets[at], verify=verify, threads=threads,
             )  # fmt: skip
         except _read.GatherFailed as failed:
-            pos = int(at[failed.pos])
-            j = int(np.searchsorted(starts, pos, side="right")) - 1
-            piece = pieces[j]
-            detail = failed.detail
-            if failed.code == codes.GE_SUMS and piece.snap.sums is not None:
-                detail = len(piece.snap.sums)
-            raise _failed(
-                piece, _read.GatherFailed(failed.code, pos - int(starts[j]), detail)
-            ) from None
+            pos = failed.pos if at is None else int(at[failed.pos])
+            raise _failed_at(pieces, starts, failed.code, pos, failed.detail) from None
     return unchecked
 
 
-def _check(table: npt.NDArray[np.void], limit: npt.NDArray[np.int64], stride: int) -> None:
+def _check(
+    table: npt.NDArray[np.void], limit: npt.NDArray[np.int64], stride: int
+) -> tuple[int, int, int] | None:
     """Every check a mapped store's gather makes before it reads (size, chunk, bounds), on
     the entries of a round (``limit``: the readable size of each one's chunk, -1 for a chunk
-    the store does not have); `GatherFailed` at the first bad record, as the core would."""
+    the store does not have): ``(code, position, detail)`` of the first bad record, as the
+    core would name it, or None."""
     logic, phys = table["logic_length"], table["phys_length"]
     end = table["offset"].astype(np.int64) + phys
-    too_large = (logic > fmt.MAX_RECORD) | (phys > fmt.MAX_RECORD)
-    checks = [
-        (too_large, codes.GE_TOO_LARGE, np.where(logic > fmt.MAX_RECORD, logic, phys)),
-        ((logic != stride) if stride else None, codes.GE_DST, logic),
-        (limit < 0, codes.GE_CHUNK, table["chunk_id"]),
-        (end > limit, codes.GE_BOUNDS, end),
-    ]
-    bad = too_large | (end > limit)  # a missing chunk's limit is -1: out of bounds too
+    bad = (logic > fmt.MAX_RECORD) | (phys > fmt.MAX_RECORD) | (end > limit)
     if stride:
         bad |= logic != stride
-    if bad.any():
-        pos = int(np.argmax(bad))
-        code, detail = next((c, d) for f, c, d in checks if f is not None and f[pos])
-        raise _read.GatherFailed(code, pos, int(detail[pos]))
+    if not bad.any():  # a missing chunk's limit is -1: out of bounds too
+        return None
+    pos = int(np.argmax(bad))
+    size, stored, at, chunk_limit = int(logic[pos]), int(phys[pos]), int(end[pos]), int(limit[pos])
+    if size > fmt.MAX_RECORD or stored > fmt.MAX_RECORD:
+        return codes.GE_TOO_LARGE, pos, size if size > fmt.MAX_RECORD else stored
+    if stride and size != stride:
+        return codes.GE_DST, pos, size
+    if chunk_limit < 0:
+        return codes.GE_CHUNK, pos, int(table["chunk_id"][pos])
+    return codes.GE_BOUNDS, pos, at
 
 
 def _staged(
     pieces: list[_Piece], table: npt.NDArray[np.void], sizes: list[int]
-) -> tuple[list[Buffer], npt.NDArray[np.void]]:
+) -> tuple[list[Buffer], npt.NDArray[np.uint64], npt.NDArray[np.void]]:
     """Fetch the stored bytes of the records in ``table`` (the pieces' entries end to end):
-    the spans read (the chunks of the staged snapshot) and a copy of ``table`` pointing
-    into them."""
+    the spans read (the chunks of the staged snapshot), their lengths, and a copy of
+    ``table`` pointing into them."""
     n = len(table)
     owner = np.repeat(np.arange(len(pieces), dtype=np.int64), sizes)
     phys = table["phys_length"].astype(np.int64)
@@ -227,14 +230,14 @@ def _staged(
     answers = reader.read_spans(requests)
     chunks: list[Buffer] = []
     span_keys: list[int] = []
+    lengths: list[int] = []
     for r, spans in enumerate(answers):
         for base, data in spans:
             chunks.append(data)
             span_keys.append(r * _PER_REQUEST + base)
-    span_ends = np.array(
-        [k + memoryview(c).nbytes for k, c in zip(span_keys, chunks, strict=True)], np.int64
-    )
+            lengths.append(memoryview(data).nbytes)
     keys = np.array(span_keys, np.int64)
+    span_ends = keys + np.array(lengths, np.int64)
     request = np.repeat(np.arange(len(requests), dtype=np.int64), np.diff([*heads, len(records)]))
     wide = request * _PER_REQUEST + begin[records]
     span = np.searchsorted(keys, wide, side="right") - 1
@@ -246,14 +249,16 @@ def _staged(
     for p in np.flatnonzero(~inside).tolist():  # across a block edge: joined in a copy
         r = int(request[p])
         chunks.append(bytes(cut(answers[r], lo[p], hi[p])))
+        lengths.append(hi[p] - lo[p])
         chunk_of[records[p]] = len(chunks) - 1
         offset_of[records[p]] = 0
     if not chunks:  # every record empty: they point at an empty chunk
         chunks.append(b"")
+        lengths.append(0)
     staged = table.copy()
     staged["chunk_id"] = chunk_of
     staged["offset"] = offset_of
-    return chunks, staged
+    return chunks, np.array(lengths, np.uint64), staged
 
 
 def _staged_sums(

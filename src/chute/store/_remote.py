@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute import _native
-from chute._objects import ObjectInfo, ObjectReader, open_reader
+from chute._objects import ObjectInfo, ObjectReader, in_batch, open_reader
 from chute._util.checks import check_optional_int
 from chute._util.cores import usable_cores
 from chute._util.renamed import legacy_arguments
@@ -341,7 +341,7 @@ class RemoteStore(RecordStore, remote=True):
         except RemoteError as e:
             if not idx.size:
                 raise
-            raise type(e)(f"{e} (reading record {int(idx[0])} and others of the batch)") from None
+            raise in_batch(e, f"reading record {int(idx[0])}") from None
 
     # ---- reading -------------------------------------------------------------------
 
@@ -462,8 +462,7 @@ def gather_shards(
         k = failed.part
         raise _read.error_for(snaps[k], stores[k]._url, failed.failed, parts[k][1], 0) from None
     except RemoteError as e:
-        raise type(e)(f"{e} (reading record {int(parts[0][1][0])} of {stores[0]._url} and "
-                      "others of the batch)") from None  # fmt: skip
+        raise in_batch(e, f"reading record {int(parts[0][1][0])} of {stores[0]._url}") from None
 
 
 def _aligned(data: bytes) -> npt.NDArray[np.uint8]:
