@@ -42,7 +42,14 @@ from chute.errors import (
     UnsafeFileError,
 )
 from chute.store import RecordStore
-from chute.store._internal import GEN_FILE, SCHEMA_FILE, RemoteStore, StoreFiles, generation_of
+from chute.store._internal import (
+    GEN_FILE,
+    SCHEMA_FILE,
+    Found,
+    RemoteStore,
+    StoreFiles,
+    generation_of,
+)
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -214,20 +221,27 @@ class RemoteFolder:
     def open_shard(
         self, name: str, schema: RecordSchema, *, verify: bool, num_threads: int
     ) -> RecordStore:
-        found = self._reader.read_starts(
-            [(GEN_FILE, 16), (f"{name}/{SCHEMA_FILE}", MAX_SCHEMA_BYTES)], missing_ok=True
-        )
-        if generation_of(None if found[0] is None else found[0][1]) != self._generation:
-            raise StoreChangedError(
-                f"{self._url} was overwritten since this reader opened it (its shards may "
-                "hold another dataset now): reopen the dataset"
-            )
         where = self._reader.url(name)
-        if found[1] is None:
-            raise CorruptStoreError(f"{where}: shard {name} of the manifest is missing")
-        if not RecordSchema.parse(found[1][1], f"{where}/{SCHEMA_FILE}").same_records(schema):
-            raise CorruptStoreError(f"{where}/schema.json disagrees with the dataset's manifest")
-        return RemoteStore.inside(self._reader, name, verify=verify, num_threads=num_threads)
+
+        def belongs(found: list[Found]) -> None:
+            gen, schema_file = found
+            if generation_of(None if gen is None else gen[1]) != self._generation:
+                raise StoreChangedError(
+                    f"{self._url} was overwritten since this reader opened it (its shards may "
+                    "hold another dataset now): reopen the dataset"
+                )
+            if schema_file is None:
+                raise CorruptStoreError(f"{where}: shard {name} of the manifest is missing")
+            parsed = RecordSchema.parse(schema_file[1], f"{where}/{SCHEMA_FILE}")
+            if not parsed.same_records(schema):
+                raise CorruptStoreError(
+                    f"{where}/schema.json disagrees with the dataset's manifest"
+                )
+
+        return RemoteStore.inside(
+            self._reader, name, verify=verify, num_threads=num_threads,
+            along=[(GEN_FILE, 16), (f"{name}/{SCHEMA_FILE}", MAX_SCHEMA_BYTES)], check=belongs,
+        )  # fmt: skip
 
     def map(self, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
         if len(items) <= 1:

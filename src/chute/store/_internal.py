@@ -21,7 +21,8 @@ modules (`_format`, `_codec`, `_io` ...) can change without reaching through the
 * `bump_generation`: raise a folder's generation, so every open reader of it fails its next
   read instead of reading what is being replaced.
 * `RemoteStore`: a store in object storage, opened inside a dataset's `ObjectReader`
-  (`RemoteStore.inside`), and `gather_shards`, one batch of several such stores read in one
+  (`RemoteStore.inside`, which reads the dataset's objects ``along`` its own first round
+  trip: `Found` is one of them), and `gather_shards`, one batch of several such stores read in one
   round of requests; `generation_of`: the generation gen.chute's bytes hold.
 """
 
@@ -45,7 +46,7 @@ from chute.store._index import IndexLike, as_indices, check_indices, index_bound
 from chute.store._opening import bump_generation
 from chute.store._out import check_out, out_stride
 from chute.store._read import PartReport, VerifyReport
-from chute.store._remote import RemoteStore, gather_shards
+from chute.store._remote import Found, RemoteStore, gather_shards
 
 __all__ = [
     "CODEC_NAMES",
@@ -55,6 +56,7 @@ __all__ = [
     "META_FILE",
     "SCHEMA_FILE",
     "SHARDED_MANIFEST",
+    "Found",
     "IndexLike",
     "PartReport",
     "RemoteStore",

@@ -56,6 +56,9 @@ from chute.store._store import Mode, RecordStore
 #: of up to 4095 records, so a small store opens in one round trip.
 FIRST_READ = 64 << 10
 
+#: An object read at open: its info and first bytes, or None where there is none.
+Found = tuple[ObjectInfo, bytes] | None
+
 _KEYWORDS = ("mode", "codec", "level", "verify", "num_threads", "durable")
 
 
@@ -125,13 +128,18 @@ class RemoteStore(RecordStore, remote=True):
         verify: bool,
         num_threads: int | None,
         owns_reader: bool = False,
+        along: Sequence[tuple[str, int]] = (),
+        check: Callable[[list[Found]], None] | None = None,
     ) -> RemoteStore:
         """The store at ``prefix`` (``"part-00000.zr"``, or ``""`` for the location itself)
         of ``reader``'s location, read through that reader (the shards of one dataset share
-        its requests in flight); closing the store closes the reader if it ``owns_reader``."""
+        its requests in flight); closing the store closes the reader if it ``owns_reader``.
+        The objects ``along`` (``(path, bytes)`` from the location's root) are read in the
+        store's own first round trip and handed to ``check``, which may refuse the store by
+        raising (a dataset checks that a shard still belongs to it, at no extra round)."""
         store = object.__new__(cls)
         store._closed = True
-        store._setup(reader, prefix, verify, num_threads, owns_reader=owns_reader)
+        store._setup(reader, prefix, verify, num_threads, owns_reader, along, check)
         return store
 
     def _setup(
@@ -140,8 +148,9 @@ class RemoteStore(RecordStore, remote=True):
         prefix: str,
         verify: bool,
         num_threads: int | None,
-        *,
         owns_reader: bool,
+        along: Sequence[tuple[str, int]] = (),
+        check: Callable[[list[Found]], None] | None = None,
     ) -> None:
         self._reader = reader
         self._owns_reader = owns_reader
@@ -159,29 +168,34 @@ class RemoteStore(RecordStore, remote=True):
         self._meta: ObjectInfo | None = None
         self._sizes: dict[str, int] = {}
         self._lost: str | None = None
-        self._dictionary = False
+        self._dictionary: bool | None = None  # None: not looked for (no record needs it)
         self._closed = False
         try:
-            self._snap = self._open()
+            self._snap = self._open(along, check)
         except BaseException:
             self.close()
             raise
 
     # ---- opening -------------------------------------------------------------------
 
-    def _open(self) -> Snapshot:
-        """Read and check meta.zr, the sidecar, the dictionary and the generation."""
+    def _open(
+        self, along: Sequence[tuple[str, int]], check: Callable[[list[Found]], None] | None
+    ) -> Snapshot:
+        """Read and check meta.zr and the sidecar, with chunk 0 HEADed and ``along`` read in
+        the same round trip (most stores have that one chunk alone); then, only where needed,
+        the dictionary (some record is stored against it) and the generation (the sidecar is
+        missing: gen.chute tells damage from a store another tool wrote)."""
         where = str(self._url)
-        names = (fmt.META_FILE, fmt.SUMS_FILE, fmt.GEN_FILE, fmt.DICT_FILE, fmt.DICT_SUM_FILE)
-        limits = (FIRST_READ, FIRST_READ, fmt.GEN_HEADER.size, fmt.MAX_DICT + 1, fmt.DICT_SUM.size)
-        # chunk 0 is HEADed in the same round: most stores have that one chunk alone
+        names = (fmt.META_FILE, fmt.SUMS_FILE)
         found, (first_chunk,) = self._reader.starts_and_heads(
-            [(self._prefix + name, n) for name, n in zip(names, limits, strict=True)],
+            [*((self._prefix + name, FIRST_READ) for name in names), *along],
             [self._prefix + fmt.chunk_file(0)],
             missing_ok=True,
         )
-        meta, sums, gen, dictionary, stamp = found
-        for (info, _), name in ((f, n) for f, n in zip(found, names, strict=True) if f):
+        (meta, sums), others = found[:2], found[2:]
+        if check is not None:
+            check(others)
+        for (info, _), name in ((f, n) for f, n in zip(found, names, strict=False) if f):
             self._sizes[name] = info.size
         if meta is None:
             raise self._not_found()
@@ -195,22 +209,14 @@ class RemoteStore(RecordStore, remote=True):
         tail_chunk, tail_offset, length = state = check_header(where, _aligned(head), capacity)
         table = self._rest(info, head, fmt.HEADER_SIZE + length * fmt.LOC_SIZE)
         entries = np.frombuffer(table, fmt.LOC_DTYPE, count=length, offset=fmt.HEADER_SIZE)
-        generation = generation_of(None if gen is None else gen[1])
-        ddict = None
-        if dictionary is not None:
-            if dictionary[0].size > fmt.MAX_DICT:
-                raise UnsafeFileError(
-                    f"{where}/{fmt.DICT_FILE} holds more than the {fmt.MAX_DICT} bytes its "
-                    "format allows"
-                )
-            ddict = load_dict(where, dictionary[1], stamp[1] if stamp else None)
-            self._dictionary = True
         table_sums, strict = None, False
         if sums is not None:
             want = fmt.SUMS_HEADER.size + length * fmt.SUMS_DTYPE.itemsize
             raw = self._rest(sums[0], sums[1], want) if len(sums[1]) >= 16 else sums[1]
             table_sums = parse_sums(raw)
             strict = table_sums is not None and _native.load_state(_aligned(raw)) == state
+        dict_used = bool(np.any(entries["codec"] == fmt.Codec.ZSTD_DICT))
+        ddict, gen = self._dictionary_and_generation(dict_used, gen=sums is None)
         if table_sums is None:
             self._lost = lost_sums(where, sums is not None, gen is not None)
             if self._verify:
@@ -225,13 +231,46 @@ class RemoteStore(RecordStore, remote=True):
         snap = Snapshot(
             table=entries, tail_chunk=tail_chunk, tail_offset=tail_offset,
             limits=np.zeros(tail_chunk + 1, np.uint64), maps=None, sums=table_sums,
-            strict=strict, ddict=ddict, generation=generation,
+            strict=strict, ddict=ddict, generation=generation_of(gen),
         )  # fmt: skip
         if first_chunk is not None:
             self._chunks[0] = first_chunk
             self._seen[0] = True
             self._set_limits(snap)
         return snap
+
+    def _dictionary_and_generation(
+        self, dictionary: bool, *, gen: bool
+    ) -> tuple[Any, bytes | None]:
+        """The dictionary, loaded and checked (None when ``dictionary`` is False or there is
+        none), and gen.chute's first bytes (None unless ``gen``, or when there is none), in
+        one round trip: only what was asked for is requested."""
+        names = [(fmt.DICT_FILE, fmt.MAX_DICT + 1), (fmt.DICT_SUM_FILE, fmt.DICT_SUM.size)]
+        items = (names if dictionary else []) + ([(fmt.GEN_FILE, fmt.GEN_HEADER.size)] * gen)
+        if not items:
+            return None, None
+        found = self._reader.read_starts(
+            [(self._prefix + name, n) for name, n in items], missing_ok=True
+        )
+        last = found.pop() if gen else None
+        generation = None if last is None else last[1]
+        if last is not None:
+            self._sizes[fmt.GEN_FILE] = last[0].size
+        if not dictionary:
+            return None, generation
+        data, stamp = found
+        self._dictionary = data is not None
+        for name, item in ((fmt.DICT_FILE, data), (fmt.DICT_SUM_FILE, stamp)):
+            if item is not None:
+                self._sizes[name] = item[0].size
+        if data is None:
+            return None, generation
+        if data[0].size > fmt.MAX_DICT:
+            raise UnsafeFileError(
+                f"{self._url}/{fmt.DICT_FILE} holds more than the {fmt.MAX_DICT} bytes its "
+                "format allows"
+            )
+        return load_dict(str(self._url), data[1], stamp[1] if stamp else None), generation
 
     def _rest(self, info: ObjectInfo, start: bytes, size: int) -> bytes:
         """The first ``size`` bytes of an object whose first bytes ``start`` were read (the
@@ -302,7 +341,12 @@ class RemoteStore(RecordStore, remote=True):
 
     @property
     def has_dict(self) -> bool:
-        return self._dictionary
+        """Whether the store has a dictionary (looked for on first ask, when no record
+        needed it at open)."""
+        if self._dictionary is None:
+            self._check_open()
+            self._dictionary_and_generation(True, gen=False)
+        return bool(self._dictionary)
 
     @property
     def has_checksums(self) -> bool:
@@ -395,6 +439,12 @@ class RemoteStore(RecordStore, remote=True):
         self._check_open()
         snap = self._snap
         self._chunk_infos(np.arange(len(self._chunks)), snap)
+        names = (fmt.DICT_FILE, fmt.DICT_SUM_FILE, fmt.GEN_FILE)
+        small = [n for n in names if n not in self._sizes]  # not read at open
+        infos = self._reader.head_all([self._prefix + n for n in small], missing_ok=True)
+        for name, info in zip(small, infos, strict=True):
+            if info is not None:
+                self._sizes[name] = info.size
         report = _read.stats(snap, has_dict=self.has_dict, has_checksums=self.has_checksums)
         chunks = sum(info.size for info in self._chunks if info is not None)
         return {
