@@ -98,7 +98,8 @@ class FaultProxy:
                 req.send_header("Content-Type", "application/xml")
                 req.send_header("Content-Length", str(len(payload)))
                 req.end_headers()
-                req.wfile.write(payload)
+                if req.command != "HEAD":  # an answer to HEAD has no body, even an error's
+                    req.wfile.write(payload)
                 return
             if action == "drop":
                 req.close_connection = True

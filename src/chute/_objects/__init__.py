@@ -10,7 +10,7 @@ room sits above `_util` and `_native` (the CRC-32C of cached blocks) and below `
 it is the only room besides `insitu` that imports obstore.
 """
 
-from chute._objects._cache import BlockCache
+from chute._objects._cache import MOST_MAPPED, BlockCache
 from chute._objects._errors import ConditionalWritesUnsupported, in_batch, remote_error
 from chute._objects._lock import LEASE_S, RemoteLock
 from chute._objects._reader import (
@@ -52,6 +52,7 @@ from chute._objects._writes import (
 
 __all__ = [
     "LEASE_S",
+    "MOST_MAPPED",
     "SCHEMES",
     "BlockCache",
     "Buffer",

@@ -44,6 +44,7 @@ import functools
 import hashlib
 import mmap
 import os
+import resource
 import struct
 import threading
 import time
@@ -58,7 +59,7 @@ from chute._util.fs import pread_exact
 from chute._util.shared_folder import SharedFolder
 from chute.errors import CacheTooSmallError, RemoteChangedError, StoreClosedError, UnsafeFileError
 
-__all__ = ["PAGE_BYTES", "BlockCache", "file_bytes"]
+__all__ = ["MOST_MAPPED", "PAGE_BYTES", "BlockCache", "file_bytes"]
 
 # magic, CRC-32C of the header after it, pad, key SHA-256, index, length; then one CRC-32C
 # (u32, little-endian) per page of the block
@@ -66,10 +67,19 @@ _HEAD = struct.Struct("<8sI4x32sQQ")
 _MAGIC = b"CHUTEBK1"
 _CRC_END = 12  # the header's CRC covers it from here on
 PAGE_BYTES = 64 << 10
-_MAPPED = 1024  # block files a process keeps mapped (their pages checked) at most
 _TOUCH_S = 1.0  # a mapped block is read from its mapping, its file touched at most this often
 """The unit of the checksums in a block file: a read checks the pages it serves."""
 _STRIPES = 4096
+
+
+def _most_mapped() -> int:
+    """Block files a process keeps mapped (their pages checked) at most: 1024, or a quarter
+    of the files it may open, as each mapping holds a descriptor (Python's ``mmap`` does)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 1024 if soft == resource.RLIM_INFINITY else max(16, min(1024, soft // 4))
+
+
+MOST_MAPPED = _most_mapped()
 _POLL_FIRST, _POLL_MAX = 0.0005, 0.02  # seconds between looks at blocks others fetch
 
 Fetch = Callable[[Sequence[tuple[int, int]]], Sequence[bytes | memoryview]]
@@ -293,7 +303,7 @@ class BlockCache(Closing):
         mapped = _Mapped(fd, ino, digest, index, length)
         with self._maps_lock:
             self._maps[name] = mapped
-            while len(self._maps) > _MAPPED:  # a dropped map goes when its last view does
+            while len(self._maps) > MOST_MAPPED:  # a dropped map goes when its last view does
                 self._maps.popitem(last=False)
         return mapped
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -281,6 +282,11 @@ class ObjectReader:
             raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         self._location = location
         self._store = location.store
+        # an obstore store passed in is named by its address, which a later store may reuse:
+        # its objects' cache keys get a name of this reader's own
+        self._name = location.url
+        if location.scheme == "memory":
+            self._name = f"{location.url}#{uuid.uuid4().hex}"
         self._max_in_flight = max_in_flight
         self._cache = cache
         self._owns_cache = owns_cache  # closed with the reader
@@ -372,7 +378,7 @@ class ObjectReader:
         if self._cache is None:
             return self._fetch_all(requests)
         cache = self._cache
-        keys = [f"{self.url(info.path)}\0{info.etag}\0{info.size}" for info, _ in requests]
+        keys = [self._key(info) for info, _ in requests]
         out: list[list[Span] | None] = [
             cache.cached_spans(key, info.size, ranges)
             for key, (info, ranges) in zip(keys, requests, strict=True)
@@ -395,6 +401,24 @@ class ObjectReader:
             for k, future in zip(missing, futures, strict=True):
                 out[k] = future.result()
         return cast(list[list[Span]], out)
+
+    def cached(self, infos: Sequence[ObjectInfo]) -> list[list[Span]] | None:
+        """The spans covering each object of ``infos`` whole, if the cache holds every block
+        of them all (nothing is fetched or waited for; a block's pages are checked the first
+        time they are read); None when one is missing, or without a cache."""
+        if self._cache is None:
+            return None
+        out = []
+        for info in infos:
+            spans = self._cache.cached_spans(self._key(info), info.size, [(0, info.size)])
+            if spans is None:
+                return None
+            out.append(spans)
+        return out
+
+    def _key(self, info: ObjectInfo) -> str:
+        """What names one version of an object in the cache."""
+        return f"{self._name.rstrip('/')}/{info.path}\0{info.etag}\0{info.size}"
 
     def _fetch_all(
         self, requests: Sequence[tuple[ObjectInfo, Sequence[Range]]]

@@ -423,18 +423,22 @@ class ShardedStore(Closing):
         threads: int,
     ) -> None:
         """Each part's records decoded to ``offsets(positions)`` of ``out``. Shards in
-        object storage are read together (one round of requests, `gather_shards`); local
-        shards' native calls run side by side on up to ``threads`` threads (one pays the
+        object storage are read together (one round of requests, `gather_shards`), but for
+        those whose blocks are all cached (warm: read as local ones); local shards' native
+        calls run side by side on up to ``threads`` threads (one pays the
         thread hand-off once per batch, not once per shard), each call then on its share of
         the cores, so the cores are never oversubscribed. Waits for all before raising the
         first error."""
         for s, *_ in parts:
             self._count(s)
-        if parts and all(isinstance(store, RemoteStore) for _, store, _, _ in parts):
+        cold = [p for p in parts if isinstance(p[1], RemoteStore) and not p[1].is_warm()]
+        if cold:
             remote = [(cast(RemoteStore, store), local, offsets(pos))
-                      for _, store, pos, local in parts]  # fmt: skip
+                      for _, store, pos, local in cold]  # fmt: skip
             gather_shards(remote, out, num_threads=threads)
-            return
+            if len(cold) == len(parts):
+                return
+            parts = [p for p in parts if all(p is not c for c in cold)]
         groups = min(threads, self._threads, len(parts))
         share = max(1, threads // max(groups, 1))
         if groups <= 1:

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from chute import _native
 from chute._native import codes
-from chute._objects import Buffer, ObjectInfo, ObjectReader, cut
+from chute._objects import Buffer, ObjectInfo, ObjectReader, Span, cut
 from chute.store import _format as fmt
 from chute.store import _read
 from chute.store._files import Snapshot
@@ -34,7 +34,7 @@ from chute.store._files import Snapshot
 #: spans over a block edge, and the copy joining them), whose chunk ids are 16 bits, one
 #: value of which marks a checksum entry that matches no record.
 ROUND = 0xFFFF // 3
-_NO_CHUNK = 0xFFFF
+NO_CHUNK = 0xFFFF  # a chunk id that names no chunk (a checksum entry of no record)
 _PER_PART = 1 << 16  # (piece, chunk) as one key: chunk ids are 16 bits
 _PER_REQUEST = 1 << 44  # (request, offset) as one key: objects stay under 16 TiB
 
@@ -141,7 +141,7 @@ def _decode_round(
         # as bytes: numpy promotes a structured dtype once per array joined, which costs more
         table = np.concatenate([locs.view(np.uint8) for locs, _ in entries]).view(fmt.LOC_DTYPE)
         limit = np.concatenate([lim for _, lim in entries])
-    bad = _check(table, limit, stride)
+    bad = check(table, limit, stride)
     if bad is not None:
         raise _failed_at(pieces, starts, *bad) from None
     chunks, lengths, table = _staged(pieces, table, sizes)
@@ -175,7 +175,7 @@ def _decode_round(
     return unchecked
 
 
-def _check(
+def check(
     table: npt.NDArray[np.void], limit: npt.NDArray[np.int64], stride: int
 ) -> tuple[int, int, int] | None:
     """Every check a mapped store's gather makes before it reads (size, chunk, bounds), on
@@ -206,7 +206,6 @@ def _staged(
     """Fetch the stored bytes of the records in ``table`` (the pieces' entries end to end):
     the spans read (the chunks of the staged snapshot), their lengths, and a copy of
     ``table`` pointing into them."""
-    n = len(table)
     owner = np.repeat(np.arange(len(pieces), dtype=np.int64), sizes)
     phys = table["phys_length"].astype(np.int64)
     begin = table["offset"].astype(np.int64)
@@ -228,6 +227,20 @@ def _staged(
     if any(piece.store._reader is not reader for piece in pieces):
         raise AssertionError("the stores of one fetch share one reader")
     answers = reader.read_spans(requests)
+    request = np.repeat(np.arange(len(requests), dtype=np.int64), np.diff([*heads, len(records)]))
+    return pointed(table, records, request, answers)
+
+
+def pointed(
+    table: npt.NDArray[np.void],
+    records: npt.NDArray[np.int64],
+    request: npt.NDArray[np.int64],
+    answers: Sequence[Sequence[Span]],
+) -> tuple[list[Buffer], npt.NDArray[np.uint64], npt.NDArray[np.void]]:
+    """The spans of ``answers`` as the chunks of a staged snapshot, their lengths, and a copy
+    of ``table`` pointing into them: record ``records[k]`` lies in the spans of
+    ``answers[request[k]]`` (which cover it; the other records, empty, point at offset 0 of
+    chunk 0). A record across two spans is joined in a copy, a chunk of its own."""
     chunks: list[Buffer] = []
     span_keys: list[int] = []
     lengths: list[int] = []
@@ -238,18 +251,19 @@ def _staged(
             lengths.append(memoryview(data).nbytes)
     keys = np.array(span_keys, np.int64)
     span_ends = keys + np.array(lengths, np.int64)
-    request = np.repeat(np.arange(len(requests), dtype=np.int64), np.diff([*heads, len(records)]))
-    wide = request * _PER_REQUEST + begin[records]
+    begin = table["offset"][records].astype(np.int64)
+    phys = table["phys_length"][records].astype(np.int64)
+    wide = request * _PER_REQUEST + begin
     span = np.searchsorted(keys, wide, side="right") - 1
-    inside = (span >= 0) & (wide + phys[records] <= span_ends[np.maximum(span, 0)])
-    chunk_of = np.zeros(n, np.int64)
-    offset_of = np.zeros(n, np.int64)
+    inside = (span >= 0) & (wide + phys <= span_ends[np.maximum(span, 0)])
+    chunk_of = np.zeros(len(table), np.int64)
+    offset_of = np.zeros(len(table), np.int64)
     chunk_of[records] = span
     offset_of[records] = wide - keys[np.maximum(span, 0)]
     for p in np.flatnonzero(~inside).tolist():  # across a block edge: joined in a copy
-        r = int(request[p])
-        chunks.append(bytes(cut(answers[r], lo[p], hi[p])))
-        lengths.append(hi[p] - lo[p])
+        lo = int(begin[p])
+        chunks.append(bytes(cut(answers[int(request[p])], lo, lo + int(phys[p]))))
+        lengths.append(int(phys[p]))
         chunk_of[records[p]] = len(chunks) - 1
         offset_of[records[p]] = 0
     if not chunks:  # every record empty: they point at an empty chunk
@@ -286,10 +300,19 @@ def _staged_sums(
     sums = np.concatenate([s for s, _ in rows])
     old = np.concatenate([t for _, t in rows])
     moved = table[order]
+    return moved, local, moved_sums(sums, old, moved[:m])
+
+
+def moved_sums(
+    sums: npt.NDArray[np.void], old: npt.NDArray[np.void], moved: npt.NDArray[np.void]
+) -> npt.NDArray[np.void]:
+    """``sums`` (checksum entries, a copy the caller owns) moved with their records, whose
+    entries were ``old`` and are ``moved`` now: an entry that did not match its record's old
+    place points nowhere, so the core still reports it as damage."""
     same = (
         (sums["offset"] == old["offset"]) & (sums["chunk_id"] == old["chunk_id"])
         & (sums["phys_length"] == old["phys_length"]) & (sums["codec"] == old["codec"])
     )  # fmt: skip
-    sums["offset"] = np.where(same, moved["offset"][:m], sums["offset"])
-    sums["chunk_id"] = np.where(same, moved["chunk_id"][:m], _NO_CHUNK)
-    return moved, local, sums
+    sums["offset"] = np.where(same, moved["offset"], sums["offset"])
+    sums["chunk_id"] = np.where(same, moved["chunk_id"], NO_CHUNK)
+    return sums

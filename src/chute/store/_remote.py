@@ -51,6 +51,7 @@ from chute.store._files import (
 )
 from chute.store._read import VerifyReport
 from chute.store._store import Mode, RecordStore
+from chute.store._warm import Warmth
 
 #: What one GET fetches of the table and the sidecar at open: their header and the entries
 #: of up to 4095 records, so a small store opens in one round trip.
@@ -169,6 +170,7 @@ class RemoteStore(RecordStore, remote=True):
         self._sizes: dict[str, int] = {}
         self._lost: str | None = None
         self._dictionary: bool | None = None  # None: not looked for (no record needs it)
+        self._warmth = Warmth(reader)
         self._closed = False
         try:
             self._snap = self._open(along, check)
@@ -421,8 +423,11 @@ class RemoteStore(RecordStore, remote=True):
         verify: bool,
         threads: int,
     ) -> int:
-        """The records fetched and decoded (`chute.store._fetched`); returns how many had no
-        checksum to match."""
+        """The records decoded from the warm snapshot (`chute.store._warm`) or fetched
+        (`chute.store._fetched`); returns how many had no checksum to match."""
+        warm = self._warmth.snapshot(self._snap, self._chunks) if snap is self._snap else None
+        if warm is not None:
+            return _read.gather(warm, idx, dst, stride, offsets, verify=verify, threads=threads)
         if offsets is None:
             offsets = np.arange(len(idx), dtype=np.uint64) * np.uint64(stride)
         try:
@@ -432,6 +437,11 @@ class RemoteStore(RecordStore, remote=True):
             )  # fmt: skip
         except _fetched.PartFailed as failed:
             raise failed.failed from None
+
+    def is_warm(self) -> bool:
+        """Whether every block of the store's chunks is in the block cache, so a batch reads
+        as from a local store (see `chute.store._warm`)."""
+        return not self._closed and self._warmth.snapshot(self._snap, self._chunks) is not None
 
     def stats(self) -> dict[str, Any]:
         """`RecordStore.stats`, with ``disk_bytes`` the bytes of the store's objects (every
@@ -474,6 +484,8 @@ class RemoteStore(RecordStore, remote=True):
         with self._lock:
             self._closed = True
             self._snap = empty_snapshot()
+            if hasattr(self, "_warmth"):
+                self._warmth.close()
             if getattr(self, "_owns_reader", False):
                 self._reader.close(wait=wait)
 
