@@ -17,6 +17,7 @@ __all__ = [
     "IncompleteDatasetError",
     "LoaderInUseError",
     "LoaderTimeoutError",
+    "LoaderWorkerError",
     "MetricWrittenTwiceError",
     "NarrowingError",
     "OutBufferError",
@@ -502,6 +503,18 @@ class SamplerError(ChuteError, ValueError):
     ...     except SamplerError as e:
     ...         print(str(e).split(";")[0])
     sampler OffByOne at step 0 gave position 10, outside [0, 10)
+    """
+
+
+class LoaderWorkerError(ChuteError, RuntimeError):
+    """A loader's worker process died (a signal, ``os._exit``, the out-of-memory killer)
+    while it built a batch: the message names the worker, its process, the step and the
+    signal or exit status. The loader stays at that step and starts a new worker for the
+    next ``next()``.
+
+    >>> from chute.errors import ChuteError, LoaderWorkerError
+    >>> issubclass(LoaderWorkerError, ChuteError), issubclass(LoaderWorkerError, RuntimeError)
+    (True, True)
     """
 
 

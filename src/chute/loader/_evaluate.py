@@ -13,6 +13,7 @@ from chute._util.process_slice import SliceSpec, resolve_slice
 from chute._util.renamed import legacy_arguments
 from chute._util.state import StateLayout
 from chute.loader._pipeline import Pipeline
+from chute.loader._recipe import Record
 from chute.loader._sampler import _check_u64
 from chute.loader._streams import Batch, Stream, as_streams, check_streams
 from chute.loader._subset import IndexSet
@@ -51,11 +52,14 @@ class EvalPass(Pipeline):
         last: Last = "partial",
         num_threads: int | None = None,
         prefetch: int = 4,
-        transform: Callable[[Batch], Batch] | None = None,
+        transform: Callable[..., Batch] | None = None,
         shard: SliceSpec = None,
         timeout: float | None = None,
+        map: Callable[..., Record] | None = None,
+        processes: int = 0,
     ) -> None:
-        super().__init__(as_streams(streams), num_threads, prefetch, transform, timeout)
+        super().__init__(as_streams(streams), num_threads, prefetch, transform, timeout,
+                         map, processes)  # fmt: skip
         self._records = length = check_streams(self.streams)
         if last not in get_args(Last):
             raise ValueError(f"last must be one of {get_args(Last)}, got {last!r}")

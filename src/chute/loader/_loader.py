@@ -14,6 +14,7 @@ from chute._util.state import StateLayout
 from chute.errors import SamplerError
 from chute.loader._evaluate import EvalPass, Last
 from chute.loader._pipeline import Pipeline
+from chute.loader._recipe import Record
 from chute.loader._renamed import translate
 from chute.loader._sampler import (
     _U64,
@@ -171,11 +172,13 @@ class DataLoader(Pipeline):
         start_step: int | None = None,
         num_threads: int | None = None,
         prefetch: int | None = None,
-        transform: Callable[[Batch], Batch] | None = None,
+        transform: Callable[..., Batch] | None = None,
         shard: SliceSpec = None,
         indices: npt.ArrayLike | None = None,
         timeout: float | None = None,
         window: int | None = None,
+        map: Callable[..., Record] | None = None,
+        processes: int = 0,
         **renamed: Any,
     ) -> None:
         if renamed:
@@ -186,7 +189,7 @@ class DataLoader(Pipeline):
             prefetch = moved.get("prefetch", prefetch)
             sampler = moved.get("sampler", sampler)
         super().__init__(as_streams(streams), num_threads, 4 if prefetch is None else prefetch,
-                         transform, timeout)  # fmt: skip
+                         transform, timeout, map, processes)  # fmt: skip
         self._length = length = check_streams(self.streams)
         self.subset = None if indices is None else IndexSet(indices, length)
         self._space = space = length if self.subset is None else len(self.subset)
@@ -208,6 +211,11 @@ class DataLoader(Pipeline):
 
     def _move(self, step: int) -> None:
         self.sampler.seek(step)
+
+    @property
+    def seed(self) -> int:
+        """The sampler's seed: the generators of ``map`` and ``transform`` derive from it."""
+        return int(getattr(self.sampler, "seed", 0))
 
     @property
     def _end(self) -> int:
@@ -245,6 +253,8 @@ class DataLoader(Pipeline):
             transform=self.transform,
             shard=self.shard,
             timeout=self.timeout,
+            map=self.map,
+            processes=self.processes,
         )
 
     def _config(self) -> dict[str, Any]:

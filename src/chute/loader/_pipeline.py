@@ -27,6 +27,8 @@ from chute._util.closing import Closing
 from chute._util.cores import usable_cores
 from chute._util.state import StateLayout, check_state, make_state
 from chute.errors import LoaderInUseError, LoaderTimeoutError
+from chute.loader._processes import ProcessPool
+from chute.loader._recipe import Recipe, Record
 from chute.loader._sampler import _check_u64
 from chute.loader._streams import Batch, GathersInto, ReadsAhead, Stream
 from chute.loader._workers import CLOSE_WAIT, Workers
@@ -79,19 +81,22 @@ class Pipeline(Closing):
         streams: dict[str, Stream],
         num_threads: int | None,
         prefetch: int,
-        transform: Callable[[Batch], Batch] | None,
+        transform: Callable[..., Batch] | None,
         timeout: float | None = None,
+        map: Callable[..., Record] | None = None,
+        processes: int = 0,
     ) -> None:
         self.prefetch, self.num_threads = check_prefetch(prefetch, num_threads)
+        self.processes = check_int("processes", processes, minimum=0, maximum=256)
         self.timeout = check_timeout(timeout)
-        if transform is not None and not callable(transform):
-            raise TypeError("transform must be a callable taking and returning a batch dict")
+        Recipe(map, transform, 0)  # checks both are callables, before any batch
         self.streams = streams
         self.transform = transform
+        self.map = map
         self._ahead = [s for s in streams.values() if isinstance(s, ReadsAhead)]
         self._pending: deque[Future[Batch]] = deque()
         self._next_submit = 0
-        self._pool: Workers | None = None
+        self._pool: Workers | ProcessPool | None = None
         self._closed = False
         self._buffers: BatchBuffers | None = None
         self._owner: weakref.ref[object] | None = None  # the device stage fed, if any
@@ -133,14 +138,24 @@ class Pipeline(Closing):
         checked = check_state(state, self._STATE, self._config())
         self.seek(_check_u64("the saved step", checked["step"]))
 
+    @property
+    def seed(self) -> int:
+        """What the generators of ``map`` and ``transform`` derive from (with the step)."""
+        return 0
+
+    @property
+    def recipe(self) -> Recipe:
+        """What is done with a step's gathered records (see `chute.loader._recipe`)."""
+        return Recipe(self.map, self.transform, self.seed)
+
     def batch_at(self, step: int) -> Batch:
         """The batch of ``step``, built on the calling thread; does not move the pipeline."""
-        return self._build(*self._plan(step))
+        return self._build(step, *self._plan(step))
 
-    def _build(self, indices: npt.NDArray[np.uint64], extra: Mapping[str, Any]) -> Batch:
+    def _build(self, step: int, indices: npt.NDArray[np.uint64], extra: Mapping[str, Any]) -> Batch:
         batch = {name: self._gather(stream, indices) for name, stream in self.streams.items()}
         batch.update(extra)
-        batch = batch if self.transform is None else self.transform(batch)
+        batch = self.recipe.finish(step, batch, list(self.streams))
         return batch if self._buffers is None else self._buffers.adopt(batch)
 
     def use_buffers(self, buffers: BatchBuffers | None) -> None:
@@ -220,26 +235,37 @@ class Pipeline(Closing):
         if pool is None or pool.pid != os.getpid():  # none yet, or a forked copy's
             self._drop_pending()
             grace = CLOSE_WAIT if self.timeout is None else self.timeout
-            pool = self._pool = Workers(self.num_threads, "chute-loader", grace)
+            if self.processes:
+                pool = ProcessPool(self.processes, self.streams, self.recipe, grace)
+            else:
+                pool = Workers(self.num_threads, "chute-loader", grace)
+            self._pool = pool
         if self._next_submit - len(self._pending) != self.step:  # the step was moved
             self.seek(self.step)
         while len(self._pending) < self.prefetch and (end is None or self._next_submit < end):
-            if self._ahead:  # a queued step's shards in object storage start opening now
+            if isinstance(pool, ProcessPool):  # the workers read: nothing to read ahead here
+                step = self._next_submit
+                self._pending.append(pool.submit(step, *self._plan(step)))
+            elif self._ahead:  # a queued step's shards in object storage start opening now
                 plan = self._plan(self._next_submit)
                 self._ahead = [stream for stream in self._ahead if stream.readahead(plan[0])]
-                self._pending.append(pool.submit(self._build, *plan))
+                self._pending.append(pool.submit(self._build, self._next_submit, *plan))
             else:
                 self._pending.append(pool.submit(self.batch_at, self._next_submit))
             self._next_submit += 1
         future = self._pending.popleft()
         try:
             if self.timeout is not None and not wait([future], self.timeout).done:
+                if isinstance(pool, ProcessPool):  # a stuck worker is replaced, not waited on
+                    pool.kill_busy()
                 raise LoaderTimeoutError(
                     f"the batch of step {self.step} was not ready within timeout="
                     f"{self.timeout} s: a gather or the transform has not returned (its worker "
                     "thread is left to it); the next next() tries this step again"
                 )
             batch = future.result()
+            if isinstance(pool, ProcessPool) and self._buffers is not None:
+                batch = self._buffers.adopt(batch)
         except BaseException:
             self.seek(self.step)  # stay at the failed step; drop what was queued behind it
             raise

@@ -1,0 +1,184 @@
+"""Per-record maps, generators that resume, and worker processes (``processes=``): the same
+stream of batches for any number of workers or threads, exact resume, batches handed over
+from shared memory that stay intact while held, and a process model that does not leak or
+hang (a failing map, a killed worker, a stuck one, the parent killed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chute
+from chute import DataLoader, Dataset
+from chute.errors import LoaderTimeoutError, LoaderWorkerError
+from tests.loader import maps
+
+ROWS = np.arange(400 * 16, dtype=np.int32).reshape(400, 16)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("workers") / "d"
+    chute.write_dataset(path, ROWS, shard_records=150).close()
+    return path
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(np.array_equal(a, b))
+
+
+def _run(path: Path, steps: int, *, start: int = 0, **options: Any) -> list[Any]:
+    options = {"batch_size": 24, "seed": 5, **options}
+    with Dataset(path) as ds, DataLoader({"x": ds}, **options) as dl:
+        dl.seek(start)
+        return [next(dl) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("processes", [0, 1, 2])
+def test_the_stream_is_the_same_for_any_workers_and_resumes_exactly(
+    dataset: Path, processes: int
+) -> None:
+    reference = _run(dataset, 12, map=maps.crop_flip, num_threads=3)
+    assert not all(_same(reference[0], b) for b in reference[1:])  # the draws differ by step
+    options = {"map": maps.crop_flip, "processes": processes}
+    assert all(_same(a, b) for a, b in zip(reference, _run(dataset, 12, **options), strict=True))
+    for stop in (1, 5, 11):  # stop, save, resume in a new loader: the uninterrupted stream
+        with Dataset(dataset) as ds, DataLoader({"x": ds}, batch_size=24, seed=5, **options) as dl:
+            for _ in range(stop):
+                next(dl)
+            state = dl.state_dict()
+        with Dataset(dataset) as ds, DataLoader({"x": ds}, batch_size=24, seed=5, **options) as dl:
+            dl.load_state_dict(state)
+            assert _same(next(dl), reference[stop])
+
+
+def test_draws_differ_across_cycles_and_seeds(dataset: Path) -> None:
+    steps_a_cycle = len(ROWS) // 8
+    cycle = _run(dataset, 2, start=0, map=maps.fixed_crop, sampler="sequential", batch_size=8)
+    with Dataset(dataset) as ds:
+        again = DataLoader({"x": ds}, batch_size=8, sampler="sequential", seed=5,
+                           map=maps.fixed_crop, start_step=steps_a_cycle)  # fmt: skip
+        with again:
+            later = next(again)
+        other = DataLoader({"x": ds}, batch_size=8, sampler="sequential", seed=6,
+                           map=maps.fixed_crop)  # fmt: skip
+        with other:
+            reseeded = next(other)
+    assert cycle[0]["x"].shape == (8, 4)  # a fixed shape stacks
+    assert not np.array_equal(cycle[0]["x"], later["x"])  # same records, another cycle
+    assert not np.array_equal(cycle[0]["x"], reseeded["x"])
+
+
+def test_a_transform_that_asks_gets_its_own_generator(dataset: Path) -> None:
+    threads = _run(dataset, 4, transform=maps.noise, map=maps.identity)
+    workers = _run(dataset, 4, transform=maps.noise, map=maps.identity, processes=2)
+    assert all(_same(a, b) for a, b in zip(threads, workers, strict=True))
+    assert not np.array_equal(threads[0]["noise"], threads[1]["noise"])
+    assert np.array_equal(threads[0]["x"], ROWS[threads[0]["x"][:, 0] // 16])
+
+
+def test_held_batches_stay_intact(dataset: Path) -> None:
+    held = _run(dataset, 40, map=maps.identity, processes=2, prefetch=2)
+    again = _run(dataset, 40)
+    assert all(_same(a, b) for a, b in zip(held, again, strict=True))
+    assert held[0]["x"].flags.writeable  # a batch is the consumer's to change
+
+
+def test_an_error_in_a_map_is_raised_by_next_with_its_type(dataset: Path) -> None:
+    with Dataset(dataset) as ds:
+        dl = DataLoader({"x": ds}, batch_size=10, sampler="sequential", seed=0,
+                        map=maps.fail_on_seven, processes=2)  # fmt: skip
+        with dl, pytest.raises(KeyError, match="record seven") as caught:
+            next(dl)
+        assert any("loader worker" in note for note in caught.value.__notes__)
+        assert dl.step == 0
+
+
+def test_a_killed_worker_is_an_error_naming_it_and_is_replaced(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flag = tmp_path / "die"
+    flag.touch()
+    monkeypatch.setenv("CHUTE_TEST_DIE", str(flag))
+    with Dataset(dataset) as ds:
+        dl = DataLoader({"x": ds}, batch_size=10, sampler="sequential", seed=0,
+                        map=maps.die_on_seven, processes=2)  # fmt: skip
+        with dl:
+            with pytest.raises(LoaderWorkerError, match=r"worker 0 .*SIGKILL.*step 0"):
+                next(dl)
+            flag.unlink()
+            assert dl.step == 0 and np.array_equal(next(dl)["x"], ROWS[:10])
+
+
+def test_a_stuck_worker_times_out_and_close_does_not_wait(dataset: Path) -> None:
+    with Dataset(dataset) as ds:
+        dl = DataLoader({"x": ds}, batch_size=10, sampler="sequential", seed=0,
+                        map=maps.sleep_on_seven, processes=1, timeout=3)  # fmt: skip
+        with pytest.raises(LoaderTimeoutError):
+            next(dl)
+        began = time.monotonic()
+        dl.close()
+        assert time.monotonic() - began < 10
+
+
+def test_a_map_that_does_not_pickle_is_named(dataset: Path) -> None:
+    with Dataset(dataset) as ds:
+        dl = DataLoader({"x": ds}, batch_size=10, map=lambda r: r, processes=1, seed=0)
+        with dl, pytest.raises(TypeError, match="must pickle"):
+            next(dl)
+
+
+_ORPHAN = """
+import os, sys, time
+import numpy as np, chute
+sys.path.insert(0, {root!r})
+from tests.loader import maps
+if __name__ == "__main__":
+    ds = chute.Dataset({path!r})
+    dl = chute.DataLoader({{"x": ds}}, batch_size=8, seed=0, map=maps.identity, processes=2)
+    next(dl)
+    pids = [w.process.pid for w in dl._pool._workers if w is not None]
+    print(*pids, flush=True)
+    time.sleep(60)
+"""
+
+
+def test_killing_the_trainer_leaves_no_worker_nor_shared_memory(
+    dataset: Path, tmp_path: Path
+) -> None:
+    shm = set(os.listdir("/dev/shm"))
+    script = tmp_path / "trainer.py"
+    root = str(Path(__file__).resolve().parents[2])
+    script.write_text(_ORPHAN.format(root=root, path=str(dataset)))
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    pids = [int(p) for p in child.stdout.readline().split()]
+    assert len(pids) == 2
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids)
+    assert set(os.listdir("/dev/shm")) <= shm
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead, only not yet reaped
+        return f.read().split(") ")[1][0] != "Z"
