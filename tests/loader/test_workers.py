@@ -1,4 +1,4 @@
-"""Per-record maps, generators that resume, and worker processes (``processes=``): the same
+"""Per-record maps, generators that resume, and worker workers (``workers=``): the same
 stream of batches for any number of workers or threads, exact resume, batches handed over
 from shared memory that stay intact while held, and a process model that does not leak or
 hang (a failing map, a killed worker, a stuck one, the parent killed)."""
@@ -46,13 +46,13 @@ def _run(path: Path, steps: int, *, start: int = 0, **options: Any) -> list[Any]
         return [next(dl) for _ in range(steps)]
 
 
-@pytest.mark.parametrize("processes", [0, 1, 2])
+@pytest.mark.parametrize("workers", [0, 1, 2])
 def test_the_stream_is_the_same_for_any_workers_and_resumes_exactly(
-    dataset: Path, processes: int
+    dataset: Path, workers: int
 ) -> None:
     reference = _run(dataset, 12, map=maps.crop_flip, num_threads=3)
     assert not all(_same(reference[0], b) for b in reference[1:])  # the draws differ by step
-    options = {"map": maps.crop_flip, "processes": processes}
+    options = {"map": maps.crop_flip, "workers": workers}
     assert all(_same(a, b) for a, b in zip(reference, _run(dataset, 12, **options), strict=True))
     for stop in (1, 5, 11):  # stop, save, resume in a new loader: the uninterrupted stream
         with Dataset(dataset) as ds, DataLoader({"x": ds}, batch_size=24, seed=5, **options) as dl:
@@ -83,14 +83,14 @@ def test_draws_differ_across_cycles_and_seeds(dataset: Path) -> None:
 
 def test_a_transform_that_asks_gets_its_own_generator(dataset: Path) -> None:
     threads = _run(dataset, 4, transform=maps.noise, map=maps.identity)
-    workers = _run(dataset, 4, transform=maps.noise, map=maps.identity, processes=2)
+    workers = _run(dataset, 4, transform=maps.noise, map=maps.identity, workers=2)
     assert all(_same(a, b) for a, b in zip(threads, workers, strict=True))
     assert not np.array_equal(threads[0]["noise"], threads[1]["noise"])
     assert np.array_equal(threads[0]["x"], ROWS[threads[0]["x"][:, 0] // 16])
 
 
 def test_held_batches_stay_intact(dataset: Path) -> None:
-    held = _run(dataset, 40, map=maps.identity, processes=2, prefetch=2)
+    held = _run(dataset, 40, map=maps.identity, workers=2, prefetch=2)
     again = _run(dataset, 40)
     assert all(_same(a, b) for a, b in zip(held, again, strict=True))
     assert held[0]["x"].flags.writeable  # a batch is the consumer's to change
@@ -99,7 +99,7 @@ def test_held_batches_stay_intact(dataset: Path) -> None:
 def test_an_error_in_a_map_is_raised_by_next_with_its_type(dataset: Path) -> None:
     with Dataset(dataset) as ds:
         dl = DataLoader({"x": ds}, batch_size=10, sampler="sequential", seed=0,
-                        map=maps.fail_on_seven, processes=2)  # fmt: skip
+                        map=maps.fail_on_seven, workers=2)  # fmt: skip
         with dl, pytest.raises(KeyError, match="record seven") as caught:
             next(dl)
         assert any("loader worker" in note for note in caught.value.__notes__)
@@ -114,7 +114,7 @@ def test_a_killed_worker_is_an_error_naming_it_and_is_replaced(
     monkeypatch.setenv("CHUTE_TEST_DIE", str(flag))
     with Dataset(dataset) as ds:
         dl = DataLoader({"x": ds}, batch_size=10, sampler="sequential", seed=0,
-                        map=maps.die_on_seven, processes=2)  # fmt: skip
+                        map=maps.die_on_seven, workers=2)  # fmt: skip
         with dl:
             with pytest.raises(LoaderWorkerError, match=r"worker 0 .*SIGKILL.*step 0"):
                 next(dl)
@@ -125,7 +125,7 @@ def test_a_killed_worker_is_an_error_naming_it_and_is_replaced(
 def test_a_stuck_worker_times_out_and_close_does_not_wait(dataset: Path) -> None:
     with Dataset(dataset) as ds:
         dl = DataLoader({"x": ds}, batch_size=10, sampler="sequential", seed=0,
-                        map=maps.sleep_on_seven, processes=1, timeout=3)  # fmt: skip
+                        map=maps.sleep_on_seven, workers=1, timeout=3)  # fmt: skip
         with pytest.raises(LoaderTimeoutError):
             next(dl)
         began = time.monotonic()
@@ -135,7 +135,7 @@ def test_a_stuck_worker_times_out_and_close_does_not_wait(dataset: Path) -> None
 
 def test_a_map_that_does_not_pickle_is_named(dataset: Path) -> None:
     with Dataset(dataset) as ds:
-        dl = DataLoader({"x": ds}, batch_size=10, map=lambda r: r, processes=1, seed=0)
+        dl = DataLoader({"x": ds}, batch_size=10, map=lambda r: r, workers=1, seed=0)
         with dl, pytest.raises(TypeError, match="must pickle"):
             next(dl)
 
@@ -147,7 +147,7 @@ sys.path.insert(0, {root!r})
 from tests.loader import maps
 if __name__ == "__main__":
     ds = chute.Dataset({path!r})
-    dl = chute.DataLoader({{"x": ds}}, batch_size=8, seed=0, map=maps.identity, processes=2)
+    dl = chute.DataLoader({{"x": ds}}, batch_size=8, seed=0, map=maps.identity, workers=2)
     next(dl)
     pids = [w.process.pid for w in dl._pool._workers if w is not None]
     print(*pids, flush=True)

@@ -56,10 +56,10 @@ class EvalPass(Pipeline):
         shard: SliceSpec = None,
         timeout: float | None = None,
         map: Callable[..., Record] | None = None,
-        processes: int = 0,
+        workers: int = 0,
     ) -> None:
         super().__init__(as_streams(streams), num_threads, prefetch, transform, timeout,
-                         map, processes)  # fmt: skip
+                         map, workers)  # fmt: skip
         self._records = length = check_streams(self.streams)
         if last not in get_args(Last):
             raise ValueError(f"last must be one of {get_args(Last)}, got {last!r}")

@@ -178,7 +178,7 @@ class DataLoader(Pipeline):
         timeout: float | None = None,
         window: int | None = None,
         map: Callable[..., Record] | None = None,
-        processes: int = 0,
+        workers: int = 0,
         **renamed: Any,
     ) -> None:
         if renamed:
@@ -189,7 +189,7 @@ class DataLoader(Pipeline):
             prefetch = moved.get("prefetch", prefetch)
             sampler = moved.get("sampler", sampler)
         super().__init__(as_streams(streams), num_threads, 4 if prefetch is None else prefetch,
-                         transform, timeout, map, processes)  # fmt: skip
+                         transform, timeout, map, workers)  # fmt: skip
         self._length = length = check_streams(self.streams)
         self.subset = None if indices is None else IndexSet(indices, length)
         self._space = space = length if self.subset is None else len(self.subset)
@@ -254,7 +254,7 @@ class DataLoader(Pipeline):
             shard=self.shard,
             timeout=self.timeout,
             map=self.map,
-            processes=self.processes,
+            workers=self.workers,
         )
 
     def _config(self) -> dict[str, Any]:

@@ -84,10 +84,10 @@ class Pipeline(Closing):
         transform: Callable[..., Batch] | None,
         timeout: float | None = None,
         map: Callable[..., Record] | None = None,
-        processes: int = 0,
+        workers: int = 0,
     ) -> None:
         self.prefetch, self.num_threads = check_prefetch(prefetch, num_threads)
-        self.processes = check_int("processes", processes, minimum=0, maximum=256)
+        self.workers = check_int("workers", workers, minimum=0, maximum=256)
         self.timeout = check_timeout(timeout)
         Recipe(map, transform, 0)  # checks both are callables, before any batch
         self.streams = streams
@@ -235,8 +235,8 @@ class Pipeline(Closing):
         if pool is None or pool.pid != os.getpid():  # none yet, or a forked copy's
             self._drop_pending()
             grace = CLOSE_WAIT if self.timeout is None else self.timeout
-            if self.processes:
-                pool = ProcessPool(self.processes, self.streams, self.recipe, grace)
+            if self.workers:
+                pool = ProcessPool(self.workers, self.streams, self.recipe, grace)
             else:
                 pool = Workers(self.num_threads, "chute-loader", grace)
             self._pool = pool

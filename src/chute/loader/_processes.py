@@ -1,5 +1,6 @@
-"""Worker processes: a loader's batches built in processes of their own (``processes=N``),
-for per-record Python work that threads cannot spread over cores.
+"""Worker processes: a loader's batches built in processes of their own (``workers=N``, the
+name the writers give their process pools), for per-record Python work that threads cannot
+spread over cores.
 
 Each worker is spawned (a fresh interpreter: no lock or thread of the parent inherited) with
 the loader's streams and `Recipe` pickled once (a chute dataset pickles as its path or URL).
@@ -216,7 +217,7 @@ class ProcessPool:
             self._payload = pickle.dumps((dict(streams), recipe))
         except Exception as error:
             raise TypeError(
-                f"processes={count} builds batches in worker processes, so the streams, "
+                f"workers={count} builds batches in worker processes, so the streams, "
                 "map= and transform= must pickle (functions defined at a module's top level, "
                 f"not lambdas or closures): {error}"
             ) from error
