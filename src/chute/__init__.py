@@ -8,6 +8,7 @@
 """
 
 from chute.datasets import (
+    BytesDataset,
     Dataset,
     RaggedDataset,
     append_dataset,
@@ -46,6 +47,7 @@ from chute.loader import (
 from chute.store import Codec, RecordStore
 
 __all__ = [
+    "BytesDataset",
     "ChecksumError",
     "ChuteError",
     "Codec",

@@ -53,3 +53,9 @@ def sleep_on_seven(record: dict[str, Any]) -> dict[str, Any]:
     if int(record["x"][0]) == 7 * 16:
         time.sleep(60)
     return record
+
+
+def decode_length(record: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    """A bytes record decoded (here: its bytes as uint8, shifted by a random draw)."""
+    data = np.frombuffer(record["blob"], np.uint8)
+    return {"n": len(record["blob"]), "sum": int(data.sum()) + int(rng.integers(0, 10))}

@@ -22,6 +22,7 @@ object storage); ``_view`` (what both dataset kinds share);
 (5, 3)
 """
 
+from chute.datasets._bytes import BytesDataset
 from chute.datasets._fixed import Dataset
 from chute.datasets._ragged import Packed, RaggedDataset, pad
 from chute.datasets._schema import RecordSchema
@@ -31,6 +32,7 @@ from chute.datasets._source import RecordSource
 from chute.datasets._writers import append_dataset, append_ragged, write_dataset, write_ragged
 
 __all__ = [
+    "BytesDataset",
     "Dataset",
     "Manifest",
     "Packed",

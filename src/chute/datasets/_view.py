@@ -18,9 +18,9 @@ from chute.datasets._schema import RecordSchema
 from chute.datasets._sharded_manifest import is_sharded
 from chute.datasets._sharded_store import ShardedStore
 from chute.datasets._source import RecordSource
-from chute.errors import StoreKindError
+from chute.errors import RemoteNotFoundError, StoreKindError
 from chute.store import RecordStore
-from chute.store._internal import as_indices, check_indices, index_bounds
+from chute.store._internal import SCHEMA_FILE, as_indices, check_indices, index_bounds
 
 
 def _reopen(
@@ -40,6 +40,8 @@ class StoreView(Closing):
     keywords."""
 
     _ragged: ClassVar[bool]
+    _bare: ClassVar[RecordSchema | None] = None
+    """What the records of a bare store (no schema.json) are taken to be; None: refused."""
 
     @legacy_arguments(renamed={"threads": "num_threads"})
     def __init__(
@@ -51,7 +53,9 @@ class StoreView(Closing):
         **store_options: Any,
     ) -> None:
         threads = check_optional_int("num_threads", num_threads, minimum=1)
-        source, schema = _open(path, type(self).__name__, verify, threads, store_options)
+        source, schema = _open(
+            path, type(self).__name__, verify, threads, store_options, self._bare
+        )
         if schema.ragged != self._ragged:
             kind, opener = (
                 ("variable-length", "RaggedDataset")
@@ -143,17 +147,26 @@ class StoreView(Closing):
 
 
 def _open(
-    path: Any, owner: str, verify: bool, threads: int | None, options: dict[str, Any]
+    path: Any,
+    owner: str,
+    verify: bool,
+    threads: int | None,
+    options: dict[str, Any],
+    bare: RecordSchema | None = None,
 ) -> tuple[RecordSource, RecordSchema]:
     """The records at ``path`` and their schema: a sharded dataset's shards or one store, in
-    a folder or at a URL (whose dataset.json and schema.json are read in one round trip)."""
+    a folder or at a URL (whose dataset.json and schema.json are read in one round trip).
+    A store without schema.json is refused, or read as ``bare`` records where given."""
     if not reads_remotely(path):
         check_options(path, options, owner, KEYWORDS)
         local = Path(local_path(path))
         if is_sharded(local):
             sharded = ShardedStore(local, verify=verify, num_threads=threads)
             return sharded, sharded.schema
-        schema = RecordSchema.read(local)
+        if bare is not None and not (local / SCHEMA_FILE).exists():
+            schema = bare  # a bare store: RecordStore refuses a folder that is not one
+        else:
+            schema = RecordSchema.read(local)
         return RecordStore(local, mode="r", verify=verify, num_threads=threads), schema
     folder = RemoteFolder.open(path, options, owner)
     if folder.sharded:
@@ -161,6 +174,11 @@ def _open(
         return sharded, sharded.schema
     try:
         schema = folder.schema()
+    except RemoteNotFoundError:
+        if bare is None:
+            folder.close()
+            raise
+        schema = bare  # a bare store: opening it fails if there is none
     except BaseException:
         folder.close()
         raise

@@ -1,0 +1,74 @@
+"""`BytesDataset`: records as ``bytes`` (encoded images, serialized examples, text), a loader
+stream that yields a list of ``bytes`` per batch."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from chute._util.renamed import legacy_arguments
+from chute.datasets._schema import RecordSchema
+from chute.datasets._view import StoreView
+from chute.errors import StoreKindError
+
+_BYTES = RecordSchema(dtype=np.dtype(np.uint8), item_shape=(), ragged=True)
+
+
+class BytesDataset(StoreView):
+    """Records as ``bytes``, exactly as written (no padding, no trailing NUL lost): what
+    `write_ragged` writes from ``bytes`` objects, or any Zrecord store without schema.json
+    (``RecordStore.append`` of bytes, a loaderx store of raw records).
+
+    ``ds[i]`` is one record's bytes; ``ds[indices]``, ``ds[a:b]`` and ``__getitems__`` a list
+    of them, from one native gather. It is a loader stream as it is: in a per-record ``map=``
+    a record is its bytes (decode a JPEG there, in ``workers=`` processes for many cores).
+
+    >>> import tempfile
+    >>> from chute import BytesDataset, write_ragged
+    >>> path = tempfile.mkdtemp() + "/blobs.zr"
+    >>> write_ragged(path, [b"jpeg\\x00", b"", b"png\\x00\\x00"]).close()
+    >>> ds = BytesDataset(path)
+    >>> ds[0], ds[[2, 1]], len(ds)
+    (b'jpeg\\x00', [b'png\\x00\\x00', b''], 3)
+    >>> ds.close()
+    """
+
+    _ragged = True
+    _bare = _BYTES
+
+    @legacy_arguments(renamed={"threads": "num_threads"})
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | Any,
+        *,
+        verify: bool = False,
+        num_threads: int | None = None,
+        **store_options: Any,
+    ) -> None:
+        super().__init__(path, verify=verify, num_threads=num_threads, **store_options)
+        if self._schema.dtype.itemsize != 1 or self._item_shape != ():
+            what = self._schema.describe()
+            self.close()
+            raise StoreKindError(
+                f"{self._path} holds {what}, not bytes: open it with RaggedDataset (a record "
+                "of bytes is a row of single bytes: uint8 rows of shape ())"
+            )
+
+    def __getitems__(self, indices: Any) -> list[bytes]:
+        """The records of a flat sequence of indices, as ``bytes``."""
+        values, offsets = self._store.gather_packed(self._flat(indices))
+        data = values.tobytes()
+        at = offsets.tolist()
+        return [data[at[k] : at[k + 1]] for k in range(len(at) - 1)]
+
+    def __getitem__(self, key: Any) -> bytes | list[bytes]:
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            return self.__getitems__([key])[0]
+        if isinstance(key, slice):
+            return self.__getitems__(np.arange(len(self), dtype=np.int64)[key])
+        return self.__getitems__(key)
+
+    def __repr__(self) -> str:
+        return f"BytesDataset({str(self._path)!r}, {len(self)} records)"

@@ -1,0 +1,67 @@
+"""`BytesDataset`: bytes records exactly as written (empty ones and trailing NULs included),
+from write_ragged, a bare store or a sharded dataset, locally and through s3://; a loader
+stream with threads and worker processes."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chute
+from chute import BytesDataset, DataLoader, RecordStore
+from chute.errors import StoreKindError, StoreNotFoundError
+from tests.loader import maps
+
+BLOBS = [bytes(range(i % 7)) + b"\x00" * (i % 3) for i in range(90)]  # some empty, NUL-ended
+
+
+def test_bytes_read_back_exactly(tmp_path: Path, serve: Any) -> None:
+    chute.write_ragged(tmp_path / "one", BLOBS).close()
+    chute.write_ragged(tmp_path / "sharded", BLOBS, shard_records=20).close()
+    for name in ("one", "sharded"):
+        with serve.open(BytesDataset, tmp_path / name, verify=True) as ds:
+            assert len(ds) == len(BLOBS) and ds[0] == b"" and ds[2] == b"\x00\x01\x00\x00"
+            assert ds[np.arange(len(BLOBS))] == BLOBS
+            assert ds[::-7] == BLOBS[::-7] and ds[[89, 3, 3]] == [BLOBS[89], BLOBS[3], BLOBS[3]]
+            assert pickle.loads(pickle.dumps(ds))[5] == BLOBS[5]
+
+
+def test_a_bare_store_is_read_as_bytes(tmp_path: Path, serve: Any) -> None:
+    with RecordStore(tmp_path / "bare.zr", mode="w") as store:
+        store.append(BLOBS)
+    with serve.open(BytesDataset, tmp_path / "bare.zr") as ds:
+        assert ds[np.arange(len(BLOBS))] == BLOBS
+
+
+def test_other_records_are_refused_naming_their_kind(tmp_path: Path) -> None:
+    chute.write_dataset(tmp_path / "fixed", np.arange(8)).close()
+    chute.write_ragged(tmp_path / "ints", [np.arange(3, dtype=np.int32)]).close()
+    with pytest.raises(StoreKindError, match="open it with Dataset"):
+        BytesDataset(tmp_path / "fixed")
+    with pytest.raises(StoreKindError, match=r"int32 records.*not bytes"):
+        BytesDataset(tmp_path / "ints")
+    with pytest.raises(StoreNotFoundError):
+        BytesDataset(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StoreNotFoundError):
+        BytesDataset(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_bytes_stream_in_the_loader(tmp_path: Path, workers: int) -> None:
+    chute.write_ragged(tmp_path / "b", BLOBS, shard_records=30).close()
+    with BytesDataset(tmp_path / "b") as ds:
+        with DataLoader({"blob": ds}, batch_size=16, sampler="sequential", seed=1) as dl:
+            assert next(dl)["blob"] == BLOBS[:16]
+        options = {"batch_size": 16, "seed": 1, "map": maps.decode_length}
+        with DataLoader({"blob": ds}, **options, workers=workers) as dl:
+            got = [next(dl) for _ in range(8)]
+        with DataLoader({"blob": ds}, **options) as dl:
+            want = [next(dl) for _ in range(8)]
+    for a, b in zip(got, want, strict=True):
+        assert np.array_equal(a["n"], b["n"]) and np.array_equal(a["sum"], b["sum"])
+    assert got[0]["n"].dtype.kind == "i"  # numbers collate into arrays
