@@ -182,3 +182,58 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as f:  # a zombie is dead, only not yet reaped
         return f.read().split(") ")[1][0] != "Z"
+
+
+def test_memory_and_descriptors_stay_flat_over_many_steps(dataset: Path) -> None:
+    with Dataset(dataset) as ds, DataLoader({"x": ds}, batch_size=4, seed=0, workers=2) as dl:
+        for _ in range(2_000):
+            next(dl)
+        rss, fds = _rss(), len(os.listdir("/proc/self/fd"))
+        for _ in range(50_000):
+            next(dl)
+        assert _rss() - rss < 16 << 20
+        assert len(os.listdir("/proc/self/fd")) <= fds + 2
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_two_loaders_in_one_process(dataset: Path) -> None:
+    with Dataset(dataset) as ds:
+        a = DataLoader({"x": ds}, batch_size=24, seed=5, map=maps.crop_flip, workers=2)
+        b = DataLoader({"x": ds}, batch_size=8, seed=1, sampler="sequential", workers=1)
+        with a, b:
+            got_a = [next(a) for _ in range(6)]
+            got_b = [next(b)["x"] for _ in range(6)]
+    want = _run(dataset, 6, map=maps.crop_flip)
+    assert all(_same(x, y) for x, y in zip(got_a, want, strict=True))
+    assert all(np.array_equal(x, ROWS[8 * k : 8 * k + 8]) for k, x in enumerate(got_b))
+
+
+_STUCK = """
+import sys
+import chute
+sys.path.insert(0, {root!r})
+from tests.loader import maps
+if __name__ == "__main__":
+    ds = chute.Dataset({path!r})
+    dl = chute.DataLoader({{"x": ds}}, batch_size=10, sampler="sequential", seed=0,
+                          map=maps.sleep_on_seven, workers=1, timeout=1)
+    try:
+        next(dl)
+    except chute.errors.LoaderTimeoutError:
+        print("timed out", flush=True)
+"""
+
+
+def test_the_interpreter_exits_with_a_stuck_worker_left_open(dataset: Path, tmp_path: Path) -> None:
+    script = tmp_path / "stuck.py"
+    root = str(Path(__file__).resolve().parents[2])
+    script.write_text(_STUCK.format(root=root, path=str(dataset)))
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0 and "timed out" in done.stdout, done.stderr[-2000:]
+    assert time.monotonic() - began < 30  # the worker killed, not waited on for its 60 s
