@@ -237,3 +237,14 @@ def test_the_interpreter_exits_with_a_stuck_worker_left_open(dataset: Path, tmp_
                           timeout=60)  # fmt: skip
     assert done.returncode == 0 and "timed out" in done.stdout, done.stderr[-2000:]
     assert time.monotonic() - began < 30  # the worker killed, not waited on for its 60 s
+
+
+def test_batches_without_a_map_are_gathered_straight_into_shared_memory(dataset: Path) -> None:
+    pairs = zip(_run(dataset, 9, workers=2), _run(dataset, 9), strict=True)
+    assert all(_same(a, b) for a, b in pairs)
+    with Dataset(dataset) as ds:  # a finite pass with its padding mask, through the workers
+        threads = list(chute.iterate({"x": ds}, 64, last="pad"))
+        workers = list(chute.iterate({"x": ds}, 64, last="pad", workers=2))
+    assert len(workers) == len(threads) == 7
+    assert all(_same(a, b) for a, b in zip(workers, threads, strict=True))
+    assert workers[-1]["mask"].sum() == len(ROWS) - 6 * 64

@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from chute.errors import LoaderWorkerError
 from chute.loader._recipe import Batch, Recipe
+from chute.loader._streams import GathersInto
 
 _ALIGN = 64
 _PR_SET_PDEATHSIG = 1
@@ -100,6 +101,7 @@ class _Slots:
     def __init__(self) -> None:
         self.maps: dict[int, tuple[int, mmap.mmap, int]] = {}
         self.free: list[int] = []
+        self.sent: int | None = None  # a descriptor to send after the answer, if any
         self._ids = itertools.count()
 
     def take(self, need: int) -> tuple[int, bool]:
@@ -125,6 +127,9 @@ def _serve(conn: Any, payload: bytes, parent: int) -> None:
     _die_with_parent()
     streams, recipe = pickle.loads(payload)
     slots = _Slots()
+    direct = recipe.identity and all(
+        isinstance(st, GathersInto) and not st.dtype.hasobject for st in streams.values()
+    )
     while True:
         try:
             message = conn.recv()
@@ -135,6 +140,11 @@ def _serve(conn: Any, payload: bytes, parent: int) -> None:
         step, indices, extra, freed = message
         slots.free.extend(freed)
         try:
+            if direct:  # gathered straight into the slot: no copy
+                conn.send(_gathered_into(slots, streams, indices, extra))
+                if slots.sent is not None:
+                    reduction.send_handle(conn, slots.sent, parent)
+                continue
             batch = {name: stream.__getitems__(indices) for name, stream in streams.items()}
             batch.update(extra)
             batch = recipe.finish(step, batch, list(streams))
@@ -161,6 +171,37 @@ def _serve(conn: Any, payload: bytes, parent: int) -> None:
         conn.send(("ok", slot, size if new else 0, at[0], body))
         if new:
             reduction.send_handle(conn, fd, parent)
+
+
+def _gathered_into(
+    slots: _Slots, streams: Mapping[str, Any], indices: npt.NDArray[np.uint64], extra: Any
+) -> tuple[Any, ...]:
+    """The answer for a batch that needs no map or transform: each stream gathered straight
+    into a slot (the extra entries, a mask at most, copied after them); sets ``slots.sent``
+    to the slot's descriptor when the parent has not seen it yet."""
+    n = len(indices)
+    layout: dict[str, _Ref] = {}
+    at = 0
+    for name, stream in streams.items():
+        shape = (n, *stream.item_shape)
+        layout[name] = _Ref(at, stream.dtype, shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * stream.dtype.itemsize
+        at += -(-nbytes // _ALIGN) * _ALIGN
+    arrays: list[np.ndarray] = []
+    counter = [at]
+    rest = _pack(dict(extra), arrays, counter)
+    slot, new = slots.take(counter[0])
+    fd, mapped, size = slots.maps[slot]
+    for name, stream in streams.items():
+        ref = layout[name]
+        count = int(np.prod(ref.shape, dtype=np.int64))
+        out = np.frombuffer(mapped, ref.dtype, count, ref.offset).reshape(ref.shape)
+        stream.gather_into(indices, out)
+    for ref, array in zip(_refs(rest), arrays, strict=True):
+        np.frombuffer(mapped, array.dtype, array.size, ref.offset)[...] = array.reshape(-1)
+    slots.sent = fd if new else None
+    body = pickle.dumps({**layout, **rest}, protocol=pickle.HIGHEST_PROTOCOL)
+    return ("ok", slot, size if new else 0, counter[0], body)
 
 
 def _refs(obj: Any) -> list[_Ref]:
