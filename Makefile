@@ -119,6 +119,7 @@ bench:
 	$(BENCH)/python bench/insitu.py --s3 --plot
 	$(BENCH)/python bench/scale.py --plot
 	$(BENCH)/python bench/remote.py --rounds 2
+	$(BENCH)/python bench/transforms.py --plot
 
 clean:
 	rm -rf $(VENV) $(VENV_TF) .venv-3.* .venv-bench build dist site src/*.egg-info src/chute/_native/*.so
