@@ -142,14 +142,16 @@ def _signature_of(
 @_signature_of(EvalPass)
 def iterate(*args: Any, **kwargs: Any) -> EvalPass:
     """``iterate(streams, batch_size, *, indices=None, last="partial", num_threads=None,
-    prefetch=4, transform=None, shard=None, timeout=None)``: a finite pass (an `EvalPass`)
-    visiting every record (or each of ``indices``) exactly once, in order.
+    prefetch=4, transform=None, shard=None, timeout=None, map=None, workers=0)``: a finite
+    pass (an `EvalPass`) visiting every record (or each of ``indices``) exactly once, in
+    order.
 
     Batches are ``batch_size`` records (the global batch, split by ``shard`` as in
     `DataLoader`); the final one is shorter with ``last="partial"``, or full with
     ``last="pad"``, which repeats the last record and adds ``batch["mask"]``, True for the
     real rows (fixed shapes for jit-compiled steps and multi-host collectives). Threads,
-    prefetch, transform, timeout and errors work as in the endless loader; ``len()`` is the
+    worker processes, prefetch, map, transform, timeout and errors work as in the endless
+    loader; ``len()`` is the
     number of steps. With shards, every process runs the same number of steps.
 
     >>> [b["x"].tolist() for b in iterate({"x": np.arange(5)}, batch_size=2)]

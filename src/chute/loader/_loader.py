@@ -134,6 +134,13 @@ class DataLoader(Pipeline):
     `LoaderTimeoutError` instead of waiting for ever; the workers are daemon threads, so a
     transform that never returns does not hold up ``close()`` or the interpreter's exit.
 
+    ``map`` is a per-record function (a record dict in, a record dict out) run before the
+    collate; a ``map`` or ``transform`` with an ``rng`` parameter gets a generator that is a
+    pure function of ``(seed, step, position)`` (`chute.loader._recipe`), so augmentations
+    resume exactly. ``workers=N`` builds batches in N spawned processes instead of threads
+    (for Python work that holds the GIL), handed over through shared memory; the stream of
+    batches is the same either way.
+
     ``sampler`` is a mode name (``"cyclic"``, ``"iid"``, ``"sequential"``, drawn with
     ``batch_size`` and ``seed``; ``"window"``, a `ShardWindowSampler` over the shards of the
     sharded dataset among the streams, ``window=`` shards at a time, default 4) or a sampler
