@@ -248,3 +248,28 @@ def test_batches_without_a_map_are_gathered_straight_into_shared_memory(dataset:
     assert len(workers) == len(threads) == 7
     assert all(_same(a, b) for a, b in zip(workers, threads, strict=True))
     assert workers[-1]["mask"].sum() == len(ROWS) - 6 * 64
+
+
+_TRAINER = """
+import sys
+import numpy as np, chute
+sys.path.insert(0, {root!r})
+from tests.loader import maps
+if __name__ == "__main__":
+    ds = chute.Dataset({path!r})
+    with chute.DataLoader({{"x": ds}}, batch_size=24, seed=5, map=maps.crop_flip, workers=2) as dl:
+        total = sum(float(np.concatenate(next(dl)["x"]).sum()) for _ in range(30))
+    print(total, flush=True)
+"""
+
+
+def test_two_trainers_on_one_host(dataset: Path, tmp_path: Path) -> None:
+    script = tmp_path / "trainer.py"
+    root = str(Path(__file__).resolve().parents[2])
+    script.write_text(_TRAINER.format(root=root, path=str(dataset)))
+    runs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+            for _ in range(2)]  # fmt: skip
+    outs = [run.communicate(timeout=120)[0] for run in runs]
+    assert all(run.returncode == 0 for run in runs)
+    want = sum(float(np.concatenate(b["x"]).sum()) for b in _run(dataset, 30, map=maps.crop_flip))
+    assert [float(o) for o in outs] == [want, want]
