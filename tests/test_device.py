@@ -486,3 +486,9 @@ def test_depth_is_bounded_as_prefetch_is() -> None:
             to_device(_loader(1), "cpu", depth=bad)  # type: ignore[arg-type]
     with to_device(_loader(1), "cpu", depth=np.int64(256)) as dev:  # type: ignore[arg-type]
         assert dev.depth == 256 and next(dev)["y"].shape == (16,)
+
+
+def test_worker_processes_feed_the_device_stage_in_step_order() -> None:
+    want = _reference(10)
+    with to_device(_loader(1, workers=2), "cpu", depth=2) as dev:
+        _same([next(dev) for _ in range(10)], want)
