@@ -10,6 +10,7 @@
 from chute.datasets import (
     BytesDataset,
     Dataset,
+    ImageDataset,
     RaggedDataset,
     append_dataset,
     append_ragged,
@@ -55,6 +56,7 @@ __all__ = [
     "DataLoader",
     "Dataset",
     "EvalPass",
+    "ImageDataset",
     "IncompleteDatasetError",
     "OutBufferError",
     "RaggedDataset",

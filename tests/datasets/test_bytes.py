@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import chute
-from chute import BytesDataset, DataLoader, RecordStore
-from chute.errors import StoreKindError, StoreNotFoundError
+from chute import BytesDataset, DataLoader, ImageDataset, RecordStore
+from chute.errors import CorruptStoreError, StoreKindError, StoreNotFoundError
 from tests.loader import maps
 
 BLOBS = [bytes(range(i % 7)) + b"\x00" * (i % 3) for i in range(90)]  # some empty, NUL-ended
@@ -65,3 +65,38 @@ def test_a_bytes_stream_in_the_loader(tmp_path: Path, workers: int) -> None:
     for a, b in zip(got, want, strict=True):
         assert np.array_equal(a["n"], b["n"]) and np.array_equal(a["sum"], b["sum"])
     assert got[0]["n"].dtype.kind == "i"  # numbers collate into arrays
+
+
+def _png(pixels: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_images_decode_in_threads_and_workers(tmp_path: Path, serve: Any) -> None:
+    rng = np.random.default_rng(3)
+    images = [rng.integers(0, 255, (4 + i % 3, 5, 3), np.uint8) for i in range(40)]
+    chute.write_ragged(tmp_path / "png", [_png(im) for im in images], shard_records=15).close()
+    with serve.open(ImageDataset, tmp_path / "png") as ds:
+        got = ds[[39, 0, 7]]
+        assert all(np.array_equal(g, images[i]) for g, i in zip(got, [39, 0, 7], strict=True))
+        assert np.array_equal(pickle.loads(pickle.dumps(ds))[5], images[5])
+    with ImageDataset(tmp_path / "png") as ds:
+        for workers in (0, 2):
+            with DataLoader({"img": ds}, batch_size=8, sampler="sequential", seed=0,
+                            workers=workers) as dl:  # fmt: skip
+                batch = next(dl)["img"]
+            assert all(np.array_equal(a, b) for a, b in zip(batch, images[:8], strict=True))
+
+
+def test_a_record_that_is_no_image_is_damage(tmp_path: Path) -> None:
+    chute.write_ragged(tmp_path / "bad", [b"not a picture"]).close()
+    with (
+        ImageDataset(tmp_path / "bad") as ds,
+        pytest.raises(CorruptStoreError, match="not an image"),
+    ):
+        ds[0]

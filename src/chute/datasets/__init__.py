@@ -22,7 +22,7 @@ object storage); ``_view`` (what both dataset kinds share);
 (5, 3)
 """
 
-from chute.datasets._bytes import BytesDataset
+from chute.datasets._bytes import BytesDataset, ImageDataset
 from chute.datasets._fixed import Dataset
 from chute.datasets._ragged import Packed, RaggedDataset, pad
 from chute.datasets._schema import RecordSchema
@@ -34,6 +34,7 @@ from chute.datasets._writers import append_dataset, append_ragged, write_dataset
 __all__ = [
     "BytesDataset",
     "Dataset",
+    "ImageDataset",
     "Manifest",
     "Packed",
     "RaggedDataset",

@@ -3,6 +3,7 @@ stream that yields a list of ``bytes`` per batch."""
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Any
 
@@ -11,7 +12,7 @@ import numpy as np
 from chute._util.renamed import legacy_arguments
 from chute.datasets._schema import RecordSchema
 from chute.datasets._view import StoreView
-from chute.errors import StoreKindError
+from chute.errors import CorruptStoreError, StoreKindError
 
 _BYTES = RecordSchema(dtype=np.dtype(np.uint8), item_shape=(), ragged=True)
 
@@ -63,7 +64,7 @@ class BytesDataset(StoreView):
         at = offsets.tolist()
         return [data[at[k] : at[k + 1]] for k in range(len(at) - 1)]
 
-    def __getitem__(self, key: Any) -> bytes | list[bytes]:
+    def __getitem__(self, key: Any) -> Any:
         if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
             return self.__getitems__([key])[0]
         if isinstance(key, slice):
@@ -72,3 +73,44 @@ class BytesDataset(StoreView):
 
     def __repr__(self) -> str:
         return f"BytesDataset({str(self._path)!r}, {len(self)} records)"
+
+
+class ImageDataset(BytesDataset):
+    """Encoded images (JPEG, PNG, any format Pillow reads) stored as bytes records, decoded
+    to ``uint8`` arrays when read: ``(height, width)`` for greyscale, ``(height, width,
+    channels)`` otherwise, as Pillow gives them. ``ds[indices]`` and ``__getitems__`` return a
+    list of arrays (images may differ in size); in a loader with ``workers=N`` the decoding
+    runs in the worker processes. Needs Pillow (``pip install chute[images]``).
+
+    >>> import io, tempfile, numpy as np
+    >>> from PIL import Image
+    >>> from chute import ImageDataset, write_ragged
+    >>> png = io.BytesIO()
+    >>> Image.fromarray(np.arange(12, dtype=np.uint8).reshape(3, 4)).save(png, format="PNG")
+    >>> path = tempfile.mkdtemp() + "/images"
+    >>> write_ragged(path, [png.getvalue()]).close()
+    >>> with ImageDataset(path) as ds:
+    ...     ds[0].shape, ds[0][2].tolist()
+    ((3, 4), [8, 9, 10, 11])
+    """
+
+    def __getitems__(self, indices: Any) -> list[np.ndarray]:  # type: ignore[override]
+        """The images of a flat sequence of indices, decoded."""
+        return [_decode(data, self._path) for data in super().__getitems__(indices)]
+
+    def __repr__(self) -> str:
+        return f"ImageDataset({str(self._path)!r}, {len(self)} records)"
+
+
+def _decode(data: bytes, where: Any) -> np.ndarray:
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:
+        raise ImportError("ImageDataset decodes with Pillow: pip install chute[images]") from None
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return np.asarray(image)
+    except (UnidentifiedImageError, OSError) as error:
+        raise CorruptStoreError(
+            f"{where}: a record is not an image Pillow can read ({error})"
+        ) from None
