@@ -83,13 +83,16 @@ def collate(records: Sequence[Mapping[str, Any]]) -> Batch:
     of one shape and dtype, else kept as a list (arrays of varying shapes, say, or bytes)."""
     if not records:
         return {}
+    for k, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            raise TypeError(f"map= must return a dict (one record), got a "
+                            f"{type(record).__name__} for record {k} of the batch")  # fmt: skip
     keys = list(records[0])
     for k, record in enumerate(records):
-        if not isinstance(record, Mapping) or list(record) != keys:
+        if list(record) != keys:
             raise TypeError(
-                f"map= returned {type(record).__name__} with keys "
-                f"{list(record) if isinstance(record, Mapping) else '-'} for record {k}, "
-                f"expected a dict with keys {keys} like record 0's"
+                f"map= returned keys {list(record)} for record {k} of the batch, {keys} for "
+                "record 0: every record needs the same keys"
             )
     return {key: _stack([record[key] for record in records]) for key in keys}
 
