@@ -277,9 +277,9 @@ def test_two_trainers_on_one_host(dataset: Path, tmp_path: Path) -> None:
 
 def test_a_map_that_returns_no_record_is_named() -> None:
     streams = {"x": np.arange(10)}
-    with DataLoader(streams, batch_size=4, seed=0, map=lambda r: [r["x"]]) as dl:
-        with pytest.raises(TypeError, match="must return a dict"):
-            next(dl)
+    dl = DataLoader(streams, batch_size=4, seed=0, map=lambda r: [r["x"]])
+    with dl, pytest.raises(TypeError, match="must return a dict"):
+        next(dl)
     odd = DataLoader(streams, batch_size=4, seed=0, sampler="sequential",
                      map=lambda r: {"a": 1} if r["x"] else {"b": 1})  # fmt: skip
     with odd, pytest.raises(TypeError, match="same keys"):
