@@ -57,6 +57,8 @@ def test_a_bytes_stream_in_the_loader(tmp_path: Path, workers: int) -> None:
     with BytesDataset(tmp_path / "b") as ds:
         with DataLoader({"blob": ds}, batch_size=16, sampler="sequential", seed=1) as dl:
             assert next(dl)["blob"] == BLOBS[:16]
+        passed = [b["blob"] for b in chute.iterate({"blob": ds}, 16, workers=workers)]
+        assert [blob for batch in passed for blob in batch] == BLOBS
         options = {"batch_size": 16, "seed": 1, "map": maps.decode_length}
         with DataLoader({"blob": ds}, **options, workers=workers) as dl:
             got = [next(dl) for _ in range(8)]
