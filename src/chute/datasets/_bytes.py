@@ -4,12 +4,10 @@ stream that yields a list of ``bytes`` per batch."""
 from __future__ import annotations
 
 import io
-import os
 from typing import Any
 
 import numpy as np
 
-from chute._util.renamed import legacy_arguments
 from chute.datasets._schema import RecordSchema
 from chute.datasets._view import StoreView
 from chute.errors import CorruptStoreError, StoreKindError
@@ -39,22 +37,12 @@ class BytesDataset(StoreView):
     _ragged = True
     _bare = _BYTES
 
-    @legacy_arguments(renamed={"threads": "num_threads"})
-    def __init__(
-        self,
-        path: str | os.PathLike[str] | Any,
-        *,
-        verify: bool = False,
-        num_threads: int | None = None,
-        **store_options: Any,
-    ) -> None:
-        super().__init__(path, verify=verify, num_threads=num_threads, **store_options)
+    def _check(self) -> None:
         if self._schema.dtype.itemsize != 1 or self._item_shape != ():
-            what = self._schema.describe()
-            self.close()
             raise StoreKindError(
-                f"{self._path} holds {what}, not bytes: open it with RaggedDataset (a record "
-                "of bytes is a row of single bytes: uint8 rows of shape ())"
+                f"{self._path} holds {self._schema.describe()}, not bytes: open it with "
+                "RaggedDataset (a record of bytes is a row of single bytes: uint8 rows of "
+                "shape ())"
             )
 
     def __getitems__(self, indices: Any) -> list[bytes]:

@@ -10,7 +10,6 @@ so either library opens the other's stores.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import numpy as np
@@ -96,19 +95,9 @@ class RaggedDataset(StoreView):
 
     _ragged = True
 
-    @legacy_arguments(renamed={"threads": "num_threads"})
-    def __init__(
-        self,
-        path: str | os.PathLike[str] | Any,
-        *,
-        verify: bool = False,
-        num_threads: int | None = None,
-        **store_options: Any,
-    ) -> None:
-        super().__init__(path, verify=verify, num_threads=num_threads, **store_options)
+    def _check(self) -> None:
         self._row_bytes = self._dtype.itemsize * math.prod(self._item_shape)
         if self._row_bytes == 0:
-            self.close()
             raise CorruptStoreError(f"{self._path}/schema.json describes zero-byte rows")
 
     def _indices(self, key: Any) -> npt.NDArray[np.int64]:

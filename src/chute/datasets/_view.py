@@ -75,6 +75,14 @@ class StoreView(Closing):
         self._dtype: np.dtype[Any] = schema.dtype
         self._item_shape: tuple[int, ...] = schema.item_shape
         self._store: RecordSource = source
+        try:
+            self._check()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check(self) -> None:
+        """Refuse records this view cannot read (a subclass's own checks, run at open)."""
 
     def _flat(self, indices: Any) -> npt.NDArray[np.int64]:
         """Record indices (any shape, negatives from the end) as flat int64, through the one
