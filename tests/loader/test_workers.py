@@ -20,6 +20,7 @@ import chute
 from chute import DataLoader, Dataset
 from chute.errors import LoaderTimeoutError, LoaderWorkerError
 from tests.loader import maps
+from tests.objects.remote import to_s3
 
 ROWS = np.arange(400 * 16, dtype=np.int32).reshape(400, 16)
 
@@ -145,6 +146,7 @@ import os, sys, time
 import numpy as np, chute
 sys.path.insert(0, {root!r})
 from tests.loader import maps
+from tests.objects.remote import to_s3
 if __name__ == "__main__":
     ds = chute.Dataset({path!r})
     dl = chute.DataLoader({{"x": ds}}, batch_size=8, seed=0, map=maps.identity, workers=2)
@@ -217,6 +219,7 @@ import sys
 import chute
 sys.path.insert(0, {root!r})
 from tests.loader import maps
+from tests.objects.remote import to_s3
 if __name__ == "__main__":
     ds = chute.Dataset({path!r})
     dl = chute.DataLoader({{"x": ds}}, batch_size=10, sampler="sequential", seed=0,
@@ -255,6 +258,7 @@ import sys
 import numpy as np, chute
 sys.path.insert(0, {root!r})
 from tests.loader import maps
+from tests.objects.remote import to_s3
 if __name__ == "__main__":
     ds = chute.Dataset({path!r})
     with chute.DataLoader({{"x": ds}}, batch_size=24, seed=5, map=maps.crop_flip, workers=2) as dl:
@@ -284,3 +288,12 @@ def test_a_map_that_returns_no_record_is_named() -> None:
                      map=lambda r: {"a": 1} if r["x"] else {"b": 1})  # fmt: skip
     with odd, pytest.raises(TypeError, match="same keys"):
         next(odd)
+
+
+def test_workers_read_a_dataset_in_object_storage(dataset: Path, s3_server: str) -> None:
+    url, options = to_s3(dataset, s3_server)
+    ds = Dataset(url, **options)
+    with ds, DataLoader({"x": ds}, batch_size=24, seed=5, map=maps.crop_flip, workers=2) as dl:
+        got = [next(dl) for _ in range(5)]
+    want = _run(dataset, 5, map=maps.crop_flip)
+    assert all(_same(a, b) for a, b in zip(got, want, strict=True))
