@@ -241,3 +241,33 @@ def test_one_store_and_sharded_writers_refuse_a_write_mode_in_the_same_words(
             chute.write_dataset(path, np.zeros((3, 2)), **args, **sharding)  # type: ignore[arg-type]
         messages.append(str(caught.value).replace(str(path), "PATH"))
     assert messages[0] == messages[1]
+
+
+@pytest.mark.parametrize("shard_records", [None, 2])
+@pytest.mark.parametrize("folder_was_there", [False, True])
+def test_a_new_write_that_fails_leaves_nothing_behind(
+    tmp_path: Path, shard_records: int | None, folder_was_there: bool
+) -> None:
+    path = tmp_path / "tokens"
+    if folder_was_there:
+        path.mkdir()
+    docs = iter([np.arange(10, dtype=np.uint16)] * 3 + [np.zeros(800_000, np.uint16)])
+    with pytest.raises(ValueError, match="caps a record at 1 MiB"):
+        chute.write_ragged(path, docs, shard_records=shard_records)
+    assert (list(path.iterdir()) == []) if folder_was_there else not path.exists()
+    with chute.write_ragged(
+        path, [np.arange(3, dtype=np.uint16)], shard_records=shard_records
+    ) as ds:
+        assert len(ds) == 1  # the rerun needs no overwrite=True
+
+
+def test_a_failed_write_never_touches_what_was_there(tmp_path: Path) -> None:
+    path = tmp_path / "r"
+    chute.write_ragged(path, [np.arange(4, dtype=np.uint16)]).close()
+    with pytest.raises(FileExistsError):
+        chute.write_ragged(path, [np.arange(3, dtype=np.uint16)])
+    docs = [np.arange(2, dtype=np.uint16), np.zeros(800_000, np.uint16)]
+    with pytest.raises(ValueError, match="caps a record"):
+        chute.write_ragged(path, iter(docs), mode="a")  # an append keeps its own guarantees
+    with chute.RaggedDataset(path) as ds:
+        assert ds[0].tolist() == [0, 1, 2, 3]

@@ -44,7 +44,7 @@ from chute.datasets._sharded_manifest import (
     shard_name,
     write_manifest,
 )
-from chute.errors import StoreKindError, UnsafeFileError
+from chute.errors import ChuteError, StoreKindError, UnsafeFileError
 from chute.store import RecordStore
 from chute.store._internal import (
     GEN_FILE,
@@ -119,6 +119,29 @@ def occupied(path: Path) -> bool:
     if not path.exists():
         return False
     return not path.is_dir() or any(e.name not in (LOCK_FILE, GEN_FILE) for e in path.iterdir())
+
+
+@contextlib.contextmanager
+def undone_on_failure(path: Path, mode: str) -> Iterator[None]:
+    """Around writing a new dataset at ``path`` (mode ``"w"``, nothing there): if the write
+    fails (a record over the cap part way through a generator, say), what it wrote is
+    removed under the writer's lock, so the folder is as it was and a rerun needs no
+    ``overwrite=True``. An interrupt (Ctrl-C) keeps what was written, which ``mode="a"`` can
+    go on from; appends and overwrites keep their own guarantees."""
+    fresh = mode == "w" and not occupied(path)
+    existed = path.exists()
+    try:
+        yield
+    except Exception:
+        if fresh and occupied(path):
+            with contextlib.suppress(ChuteError, OSError):
+                with writer_lock(path):
+                    clear(path)
+                    for name in (GEN_FILE, LOCK_FILE):  # nobody read a store that never was
+                        (path / name).unlink(missing_ok=True)
+                if not existed:
+                    path.rmdir()
+        raise
 
 
 @contextlib.contextmanager

@@ -48,6 +48,7 @@ from chute.datasets._sharded_write import (
     occupied,
     ragged_payloads,
     replacing_shards,
+    undone_on_failure,
     write_shards,
     writer_lock,
 )
@@ -179,14 +180,15 @@ def write_dataset(
         return _opened_url(Dataset, target, store_options)
     path = target
     shard_records, workers = check_sharding(shard_records, workers)
-    if not write_sharded(
-        path, "fixed", array, mode=mode, overwrite=overwrite,
-        shard_records=shard_records, workers=workers, options=options,
-    ):  # fmt: skip
-        write_rows(
-            path, array, mode=mode, overwrite=overwrite, progress=progress,
-            guard=replacing_shards(path, overwrite=overwrite), **options,
-        )  # fmt: skip
+    with undone_on_failure(path, mode):
+        if not write_sharded(
+            path, "fixed", array, mode=mode, overwrite=overwrite,
+            shard_records=shard_records, workers=workers, options=options,
+        ):  # fmt: skip
+            write_rows(
+                path, array, mode=mode, overwrite=overwrite, progress=progress,
+                guard=replacing_shards(path, overwrite=overwrite), **options,
+            )  # fmt: skip
     return Dataset(path)
 
 
@@ -266,14 +268,15 @@ def write_ragged(
         )  # fmt: skip
         return _opened_url(RaggedDataset, target, store_options)
     path = target
-    if not write_sharded(
-        path, "ragged", rest, mode=mode, overwrite=overwrite, shard_records=shard_records,
-        workers=workers, options={**options, "dtype": set_dtype, "item_shape": set_shape},
-    ):  # fmt: skip
-        write_records(
-            path, rest, set_dtype, set_shape, mode=mode, overwrite=overwrite, progress=progress,
-            guard=replacing_shards(path, overwrite=overwrite), **options,
-        )  # fmt: skip
+    with undone_on_failure(path, mode):
+        if not write_sharded(
+            path, "ragged", rest, mode=mode, overwrite=overwrite, shard_records=shard_records,
+            workers=workers, options={**options, "dtype": set_dtype, "item_shape": set_shape},
+        ):  # fmt: skip
+            write_records(
+                path, rest, set_dtype, set_shape, mode=mode, overwrite=overwrite,
+                progress=progress, guard=replacing_shards(path, overwrite=overwrite), **options,
+            )  # fmt: skip
     return RaggedDataset(path)
 
 
