@@ -284,9 +284,17 @@ class ProcessPool:
             worker = self._workers[k] = _Worker(k, self._payload)
             os.write(self._wake[1], b"w")
         future: Future[Batch] = Future()
-        with self._lock:
+        with self._lock:  # _died marks the worker dead, then fails what it had, in this lock
+            if worker.dead:
+                future.set_exception(LoaderWorkerError(
+                    f"loader worker {k} died before the batch of step {step} reached it; a "
+                    "new worker takes its place"
+                ))  # fmt: skip
+                return future
             worker.waiting.append((step, future))
-        worker.conn.send((step, indices, dict(extra), worker.take_freed()))
+        # a worker that died meanwhile: its sentinel fails this step with the others it had
+        with contextlib.suppress(OSError):
+            worker.conn.send((step, indices, dict(extra), worker.take_freed()))
         return future
 
     def kill_busy(self) -> None:
