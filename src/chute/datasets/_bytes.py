@@ -46,8 +46,8 @@ class BytesDataset(StoreView):
             )
 
     def __getitems__(self, indices: Any) -> list[bytes]:
-        """The records of a flat sequence of indices, as ``bytes``."""
-        values, offsets = self._store.gather_packed(self._flat(indices))
+        """The records of a sequence of indices (or a slice), as ``bytes``."""
+        values, offsets = self._store.gather_packed(self._indices(indices))
         data = values.tobytes()
         at = offsets.tolist()
         return [data[at[k] : at[k + 1]] for k in range(len(at) - 1)]
@@ -55,8 +55,6 @@ class BytesDataset(StoreView):
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
             return self.__getitems__([key])[0]
-        if isinstance(key, slice):
-            return self.__getitems__(np.arange(len(self), dtype=np.int64)[key])
         return self.__getitems__(key)
 
     def __repr__(self) -> str:

@@ -100,11 +100,6 @@ class RaggedDataset(StoreView):
         if self._row_bytes == 0:
             raise CorruptStoreError(f"{self._path}/schema.json describes zero-byte rows")
 
-    def _indices(self, key: Any) -> npt.NDArray[np.int64]:
-        if isinstance(key, slice):
-            return np.arange(len(self), dtype=np.int64)[key]
-        return self._flat(key)
-
     def _rows(self, byte_counts: npt.NDArray[Any], what: str) -> npt.NDArray[np.int64]:
         rows, rest = np.divmod(byte_counts.astype(np.int64), self._row_bytes)
         if rest.any():

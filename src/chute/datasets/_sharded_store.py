@@ -431,14 +431,18 @@ class ShardedStore(Closing):
         first error."""
         for s, *_ in parts:
             self._count(s)
-        cold = [p for p in parts if isinstance(p[1], RemoteStore) and not p[1].is_warm()]
+        cold: list[_Part] = []
+        rest: list[_Part] = []
+        for part in parts:
+            remote = isinstance(part[1], RemoteStore) and not part[1].is_warm()
+            (cold if remote else rest).append(part)
         if cold:
-            remote = [(cast(RemoteStore, store), local, offsets(pos))
-                      for _, store, pos, local in cold]  # fmt: skip
-            gather_shards(remote, out, num_threads=threads)
-            if len(cold) == len(parts):
-                return
-            parts = [p for p in parts if all(p is not c for c in cold)]
+            fetched = [(cast(RemoteStore, store), local, offsets(pos))
+                       for _, store, pos, local in cold]  # fmt: skip
+            gather_shards(fetched, out, num_threads=threads)
+        parts = rest
+        if not parts:
+            return
         groups = min(threads, self._threads, len(parts))
         share = max(1, threads // max(groups, 1))
         if groups <= 1:

@@ -95,6 +95,12 @@ class StoreView(Closing):
             self._seen = n = len(self)
         return check_indices(flat, n, bounds)
 
+    def _indices(self, key: Any) -> npt.NDArray[np.int64]:
+        """``_flat`` of ``key``, or the records a slice names."""
+        if isinstance(key, slice):
+            return np.arange(len(self), dtype=np.int64)[key]
+        return self._flat(key)
+
     def readahead(self, indices: Any) -> bool:
         """Start fetching, in the background, what a later read of ``indices`` would wait
         for (the shards of a dataset in object storage, opened ahead), and return at once;

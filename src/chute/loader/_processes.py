@@ -58,17 +58,22 @@ class _Ref:
     shape: tuple[int, ...]
 
 
-def _pack(obj: Any, arrays: list[np.ndarray], at: list[int]) -> Any:
-    """``obj`` with each plain-data array replaced by a `_Ref` (its bytes to go in a slot)."""
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // _ALIGN) * _ALIGN
+
+
+def _pack(obj: Any, placed: list[tuple[_Ref, np.ndarray]], at: list[int]) -> Any:
+    """``obj`` with each plain-data array replaced by a `_Ref`; each array and where it goes
+    in the slot are added to ``placed`` (``at[0]``: the slot's bytes so far)."""
     if type(obj) is np.ndarray and not obj.dtype.hasobject:
         ref = _Ref(at[0], obj.dtype, obj.shape)
-        arrays.append(obj)
-        at[0] += -(-obj.nbytes // _ALIGN) * _ALIGN
+        placed.append((ref, obj))
+        at[0] += _aligned(obj.nbytes)
         return ref
     if isinstance(obj, dict):
-        return {k: _pack(v, arrays, at) for k, v in obj.items()}
+        return {k: _pack(v, placed, at) for k, v in obj.items()}
     if type(obj) in (list, tuple):
-        return type(obj)(_pack(v, arrays, at) for v in obj)
+        return type(obj)(_pack(v, placed, at) for v in obj)
     return obj
 
 
@@ -148,9 +153,9 @@ def _serve(conn: Any, payload: bytes, parent: int) -> None:
             batch = {name: stream.__getitems__(indices) for name, stream in streams.items()}
             batch.update(extra)
             batch = recipe.finish(step, batch, list(streams))
-            arrays: list[np.ndarray] = []
+            placed: list[tuple[_Ref, np.ndarray]] = []
             at = [0]
-            skeleton = _pack(batch, arrays, at)
+            skeleton = _pack(batch, placed, at)
             body = pickle.dumps(skeleton, protocol=pickle.HIGHEST_PROTOCOL)
         except BaseException as error:
             text = traceback.format_exc()
@@ -160,17 +165,21 @@ def _serve(conn: Any, payload: bytes, parent: int) -> None:
                 sent = None
             conn.send(("error", sent, text))
             continue
-        if not arrays:
+        if not placed:
             conn.send(("ok", -1, 0, 0, body))
             continue
         slot, new = slots.take(at[0])
         fd, mapped, size = slots.maps[slot]
-        for ref, array in zip(_refs(skeleton), arrays, strict=True):
-            target = np.frombuffer(mapped, array.dtype, array.size, ref.offset)
-            target[...] = array.reshape(-1)
+        _copy_in(mapped, placed)
         conn.send(("ok", slot, size if new else 0, at[0], body))
         if new:
             reduction.send_handle(conn, fd, parent)
+
+
+def _copy_in(mapped: mmap.mmap, placed: list[tuple[_Ref, np.ndarray]]) -> None:
+    """Each array of ``placed`` written into the slot's mapping at its place."""
+    for ref, array in placed:
+        np.frombuffer(mapped, array.dtype, array.size, ref.offset)[...] = array.reshape(-1)
 
 
 def _gathered_into(
@@ -185,11 +194,10 @@ def _gathered_into(
     for name, stream in streams.items():
         shape = (n, *stream.item_shape)
         layout[name] = _Ref(at, stream.dtype, shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * stream.dtype.itemsize
-        at += -(-nbytes // _ALIGN) * _ALIGN
-    arrays: list[np.ndarray] = []
+        at += _aligned(int(np.prod(shape, dtype=np.int64)) * stream.dtype.itemsize)
+    placed: list[tuple[_Ref, np.ndarray]] = []
     counter = [at]
-    rest = _pack(dict(extra), arrays, counter)
+    rest = _pack(dict(extra), placed, counter)
     slot, new = slots.take(counter[0])
     fd, mapped, size = slots.maps[slot]
     for name, stream in streams.items():
@@ -197,22 +205,10 @@ def _gathered_into(
         count = int(np.prod(ref.shape, dtype=np.int64))
         out = np.frombuffer(mapped, ref.dtype, count, ref.offset).reshape(ref.shape)
         stream.gather_into(indices, out)
-    for ref, array in zip(_refs(rest), arrays, strict=True):
-        np.frombuffer(mapped, array.dtype, array.size, ref.offset)[...] = array.reshape(-1)
+    _copy_in(mapped, placed)
     slots.sent = fd if new else None
     body = pickle.dumps({**layout, **rest}, protocol=pickle.HIGHEST_PROTOCOL)
     return ("ok", slot, size if new else 0, counter[0], body)
-
-
-def _refs(obj: Any) -> list[_Ref]:
-    """The `_Ref` of a skeleton in the order `_pack` made them."""
-    if isinstance(obj, _Ref):
-        return [obj]
-    if isinstance(obj, dict):
-        return [r for v in obj.values() for r in _refs(v)]
-    if type(obj) in (list, tuple):
-        return [r for v in obj for r in _refs(v)]
-    return []
 
 
 # -- in the parent --------------------------------------------------------------------------
