@@ -29,6 +29,8 @@ from chute.datasets._schema import RecordSchema
 from chute.datasets._sharded_manifest import Manifest, is_sharded, read_manifest
 from chute.datasets._sharded_store import ShardedStore
 from chute.datasets._source import RecordSource
+from chute.datasets._tokens import TokenDataset
+from chute.datasets._tokens_write import write_tokens
 from chute.datasets._writers import append_dataset, append_ragged, write_dataset, write_ragged
 
 __all__ = [
@@ -41,11 +43,13 @@ __all__ = [
     "RecordSchema",
     "RecordSource",
     "ShardedStore",
+    "TokenDataset",
     "append_dataset",
     "append_ragged",
     "is_sharded",
     "pad",
     "read_manifest",
+    "write_tokens",
     "write_dataset",
     "write_ragged",
 ]

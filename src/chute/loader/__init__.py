@@ -3,9 +3,11 @@ batches keyed by step, finite evaluation passes, subsets."""
 
 from chute.loader._evaluate import EvalPass, Last, iterate
 from chute.loader._loader import DataLoader
+from chute.loader._mix import MixSampler, Mixture, mix
 from chute.loader._sampler import Sampler, SamplerLike, SamplerMode, StepSampler, WeightedSampler
 from chute.loader._streams import Batch, Stream
 from chute.loader._subset import split
+from chute.loader._tokens import PackedTokens, TokenWindows, varlen
 from chute.loader._window import ShardWindowSampler
 
 __all__ = [
@@ -13,13 +15,19 @@ __all__ = [
     "DataLoader",
     "EvalPass",
     "Last",
+    "MixSampler",
+    "Mixture",
+    "PackedTokens",
     "Sampler",
     "SamplerLike",
     "SamplerMode",
     "ShardWindowSampler",
     "StepSampler",
     "Stream",
+    "TokenWindows",
     "WeightedSampler",
     "iterate",
+    "mix",
     "split",
+    "varlen",
 ]

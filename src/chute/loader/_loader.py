@@ -13,6 +13,7 @@ from chute._util.renamed import legacy_arguments
 from chute._util.state import StateLayout
 from chute.errors import SamplerError
 from chute.loader._evaluate import EvalPass, Last
+from chute.loader._mix import MixSampler, Mixture
 from chute.loader._pipeline import Pipeline
 from chute.loader._recipe import Record
 from chute.loader._renamed import translate
@@ -25,7 +26,7 @@ from chute.loader._sampler import (
     _check_u64,
     sampler_config,
 )
-from chute.loader._streams import Batch, Stream, as_streams, check_streams
+from chute.loader._streams import Batch, Stream, Streams, as_streams, check_streams
 from chute.loader._subset import IndexSet
 from chute.loader._window import ShardWindowSampler, window_sampler
 
@@ -54,6 +55,12 @@ def _make_sampler(
         return window_sampler(streams or {}, length, batch, seed or 0, window, subset=subset)
     if window is not None:
         raise TypeError("window= is the shard-window sampler's: pass it with sampler='window'")
+    mixtures = [s for s in (streams or {}).values() if isinstance(s, Mixture)]
+    if isinstance(sampler, str) and mixtures:
+        if len(mixtures) > 1:
+            raise ValueError("a loader draws one mixture; mix the mixtures' sources instead")
+        batch = _DEFAULT_BATCH if batch_size is None else batch_size
+        return mixtures[0].sampler(batch, 0 if seed is None else seed, sampler)
     if isinstance(sampler, str):
         return Sampler(length, _DEFAULT_BATCH if batch_size is None else batch_size, sampler,
                        0 if seed is None else seed)  # fmt: skip
@@ -115,7 +122,7 @@ def _check_positions(
 
 
 #: The samplers of chute, which draw only in ``[0, length)``: the loader need not check them.
-_OURS = (Sampler, WeightedSampler, ShardWindowSampler)
+_OURS = (Sampler, WeightedSampler, ShardWindowSampler, MixSampler)
 
 #: The arguments after ``batch_size``, in the order they could be passed by position.
 _POSITIONAL = ("sampler", "seed", "start_step", "num_threads", "prefetch", "transform", "shard")
@@ -171,7 +178,7 @@ class DataLoader(Pipeline):
     @legacy_arguments(positional=_POSITIONAL)
     def __init__(
         self,
-        streams: Mapping[str, Stream | npt.NDArray[Any]],
+        streams: Streams,
         batch_size: int | None = None,
         *,
         sampler: LoaderMode | SamplerLike = "cyclic",
@@ -201,6 +208,9 @@ class DataLoader(Pipeline):
         self.subset = None if indices is None else IndexSet(indices, length)
         self._space = space = length if self.subset is None else len(self.subset)
         subset = self.subset is not None
+        if self.subset is not None and any(isinstance(s, Mixture) for s in self.streams.values()):
+            raise ValueError("indices= restricts a stream's records; a mixture's sources take "
+                             "their own subsets (chute.split) before mixing")  # fmt: skip
         self.sampler = _make_sampler(sampler, space, batch_size, seed, window, self.streams, subset)
         if start_step is not None:
             self.sampler.seek(_check_u64("start_step", start_step, end=STEP_END))

@@ -30,7 +30,7 @@ from chute.errors import LoaderInUseError, LoaderTimeoutError
 from chute.loader._processes import ProcessPool
 from chute.loader._recipe import Recipe, Record
 from chute.loader._sampler import _check_u64
-from chute.loader._streams import Batch, GathersInto, ReadsAhead, Stream
+from chute.loader._streams import Batch, GathersInto, ReadsAhead, Stream, unfold
 from chute.loader._workers import CLOSE_WAIT, Workers
 
 #: The most batches a loader builds ahead. A few keep the workers busy; past that, more only
@@ -153,9 +153,10 @@ class Pipeline(Closing):
         return self._build(step, *self._plan(step))
 
     def _build(self, step: int, indices: npt.NDArray[np.uint64], extra: Mapping[str, Any]) -> Batch:
-        batch = {name: self._gather(stream, indices) for name, stream in self.streams.items()}
+        batch = unfold({name: self._gather(s, indices) for name, s in self.streams.items()})
+        names = list(batch)
         batch.update(extra)
-        batch = self.recipe.finish(step, batch, list(self.streams))
+        batch = self.recipe.finish(step, batch, names)
         return batch if self._buffers is None else self._buffers.adopt(batch)
 
     def use_buffers(self, buffers: BatchBuffers | None) -> None:

@@ -42,7 +42,7 @@ import numpy.typing as npt
 
 from chute.errors import LoaderWorkerError
 from chute.loader._recipe import Batch, Recipe
-from chute.loader._streams import GathersInto
+from chute.loader._streams import GathersInto, unfold
 
 _ALIGN = 64
 _PR_SET_PDEATHSIG = 1
@@ -150,9 +150,10 @@ def _serve(conn: Any, payload: bytes, parent: int) -> None:
                 if slots.sent is not None:
                     reduction.send_handle(conn, slots.sent, parent)
                 continue
-            batch = {name: stream.__getitems__(indices) for name, stream in streams.items()}
+            batch = unfold({name: st.__getitems__(indices) for name, st in streams.items()})
+            names = list(batch)
             batch.update(extra)
-            batch = recipe.finish(step, batch, list(streams))
+            batch = recipe.finish(step, batch, names)
             placed: list[tuple[_Ref, np.ndarray]] = []
             at = [0]
             skeleton = _pack(batch, placed, at)

@@ -88,10 +88,25 @@ class _ArrayStream:
         return np.take(self.array, indices, axis=0, out=out)
 
 
-def as_streams(streams: Mapping[str, Stream | npt.NDArray[Any]]) -> dict[str, Stream]:
-    """The streams as a dict, numpy arrays wrapped."""
+ALONE = ""
+"""The name a stream passed alone goes by: its gathered dict is the batch (`unfold`)."""
+
+
+Streams = Mapping[str, "Stream | npt.NDArray[Any]"] | Stream
+"""What a loader reads: named streams (numpy arrays taken as they are), or one stream alone
+that gathers a dict of named arrays."""
+
+
+def as_streams(streams: Streams) -> dict[str, Stream]:
+    """The streams as a dict, numpy arrays wrapped; a stream passed alone (one that gathers a
+    dict of named arrays, as `chute.TokenWindows`) is named `ALONE`."""
+    if not isinstance(streams, Mapping) and isinstance(streams, Stream):
+        return {ALONE: streams}
     if not isinstance(streams, Mapping) or not streams:
-        raise ValueError("streams must be a non-empty dict of name -> dataset")
+        raise ValueError(
+            "streams must be a non-empty dict of name -> dataset, or one stream that gathers "
+            "a dict of named arrays (chute.TokenWindows, chute.PackedTokens, chute.mix)"
+        )
     return {
         name: _ArrayStream(s) if isinstance(s, np.ndarray) else s for name, s in streams.items()
     }
@@ -112,3 +127,17 @@ def check_streams(streams: Mapping[str, Stream]) -> int:
     if len(set(lengths.values())) > 1:
         raise ValueError(f"streams must have equal lengths, got {lengths}")
     return next(iter(lengths.values()))
+
+
+def unfold(batch: Batch) -> Batch:
+    """A gathered batch with the dict of a stream passed alone spread into it."""
+    if ALONE not in batch:
+        return batch
+    columns = batch.pop(ALONE)
+    if not isinstance(columns, Mapping):
+        raise TypeError(
+            f"a stream passed alone must gather a dict of named arrays (as chute.TokenWindows "
+            f"does); this one gathered a {type(columns).__name__}: name it, "
+            "DataLoader({'x': stream}, ...)"
+        )
+    return {**columns, **batch}

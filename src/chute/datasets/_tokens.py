@@ -1,0 +1,341 @@
+"""`TokenDataset`: documents of tokens as one stream, in records of a fixed number of tokens.
+
+A language-model corpus is billions of tokens in documents of any length. Stored one record
+per document, a long document would meet the format's 1 MiB record cap; stored as one array,
+document boundaries would be lost. A token dataset cuts the concatenated stream into records
+of ``record_tokens`` tokens each (the last one shorter) and keeps, in each record, where the
+documents that begin in it begin. Token ``t`` is then in record ``t // record_tokens``: any
+span of the stream is a few records away, and a document is no longer bounded by the cap.
+
+The records are bytes records of an ordinary dataset (one store or sharded, on local disk or
+in object storage), each laid out as
+
+* a 32-byte little-endian header (`HEADER`): ``b"CTOK"``, the layout version, the token
+  dtype's code, ``record_tokens``, this record's token count, its count of document starts,
+  and the stream offset of its first token;
+* its tokens (``uint16`` or ``uint32``, little-endian);
+* the offsets, within the record, of the documents that begin in it (``uint32``, rising).
+
+Every record read is checked against what its place in the stream must hold, so a damaged,
+reordered or foreign record is a `CorruptStoreError`, never other tokens.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chute._util.checks import check_int
+from chute.datasets._bytes import _BYTES
+from chute.datasets._view import StoreView
+from chute.errors import CorruptStoreError, RecordIndexError, StoreKindError
+from chute.store._internal import MAX_RECORD
+
+__all__ = ["HEADER", "MAGIC", "TOKEN_DTYPES", "TokenDataset", "max_record_tokens", "ranges"]
+
+MAGIC = b"CTOK"
+VERSION = 1
+HEADER = np.dtype(
+    [
+        ("magic", "S4"),
+        ("version", "u1"),
+        ("dtype", "u1"),
+        ("reserved", "<u2"),
+        ("record_tokens", "<u4"),
+        ("tokens", "<u4"),
+        ("starts", "<u4"),
+        ("reserved2", "<u4"),
+        ("first", "<u8"),
+    ]
+)
+"""A token record's header; its size (32 bytes) keeps the tokens after it aligned."""
+TOKEN_DTYPES: dict[int, np.dtype[Any]] = {1: np.dtype("<u2"), 2: np.dtype("<u4")}
+"""The token dtypes a record may hold, by their code in the header."""
+_START = np.dtype("<u4")
+
+
+def max_record_tokens(dtype: np.dtype[Any]) -> int:
+    """The most tokens a record of ``dtype`` can hold within the 1 MiB record cap, were every
+    token the start of a document."""
+    return (MAX_RECORD - HEADER.itemsize) // (dtype.itemsize + _START.itemsize)
+
+
+def ranges(starts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """``concatenate([arange(s, s + c) for s, c in zip(starts, counts)])``, without the loop.
+
+    >>> ranges(np.array([5, 0]), np.array([2, 3])).tolist()
+    [5, 6, 0, 1, 2]
+    """
+    total = int(counts.sum())
+    before = np.cumsum(counts) - counts
+    return np.repeat(starts - before, counts) + np.arange(total, dtype=np.int64)
+
+
+class _Records:
+    """Token records gathered in one native call, their headers checked."""
+
+    def __init__(self, owner: TokenDataset, records: npt.NDArray[np.int64]) -> None:
+        values, offsets = owner.store.gather_packed(records)
+        self.owner = owner
+        self.records = records
+        size = HEADER.itemsize
+        at = offsets[:-1].astype(np.int64)
+        lengths = np.diff(offsets).astype(np.int64)
+        short = lengths < size
+        if short.any():
+            owner._damaged(records[short][0], f"{int(lengths[short][0])} bytes, no header")
+        heads = values[at[:, None] + np.arange(size)].view(HEADER).reshape(-1)
+        owner._check_heads(records, heads, lengths)
+        dtype = owner.dtype
+        self.tokens = values.view(dtype) if values.size % dtype.itemsize == 0 else None
+        self.token_at = (at + size) // dtype.itemsize
+        self.counts = heads["tokens"].astype(np.int64)
+        self.starts_at = at + size + self.counts * dtype.itemsize
+        self.starts_n = heads["starts"].astype(np.int64)
+        self.values = values
+
+    def every_start(self, record_tokens: int) -> npt.NDArray[np.int64]:
+        """The stream offsets of the document starts of every record gathered, rising."""
+        raw = self.values[ranges(self.starts_at, self.starts_n * _START.itemsize)]
+        local = raw.view(_START).astype(np.int64)
+        every = local + np.repeat(self.records * record_tokens, self.starts_n)
+        outside = local >= np.repeat(self.counts, self.starts_n)
+        if outside.any() or (np.diff(every) <= 0).any():
+            record = np.repeat(self.records, self.starts_n)
+            bad = np.argmax(outside) if outside.any() else np.argmax(np.diff(every) <= 0)
+            self.owner._damaged(record[bad], "document starts out of order or out of the record")
+        return every
+
+
+class TokenDataset(StoreView):
+    """A corpus of token documents written by `chute.write_tokens`, read as one stream.
+
+    ``len(ds)`` is the number of documents and ``ds[i]`` document i; ``ds.tokens(a, b)`` is
+    tokens ``a:b`` of the whole stream, across document and record edges;
+    ``ds.document_starts(a, b)`` the stream offsets where documents begin in ``a:b``. Windows
+    and packed sequences for the step loader are `chute.TokenWindows` and
+    `chute.PackedTokens` over it.
+
+    >>> import tempfile, numpy as np
+    >>> from chute import TokenDataset, write_tokens
+    >>> path = tempfile.mkdtemp() + "/corpus"
+    >>> docs = [np.arange(5), np.arange(100, 103), np.arange(200, 210)]
+    >>> write_tokens(path, docs, dtype=np.uint16, record_tokens=4).close()
+    >>> with TokenDataset(path) as ds:
+    ...     len(ds), ds.num_tokens, ds[1].tolist(), ds.tokens(3, 9).tolist()
+    (3, 18, [100, 101, 102], [3, 4, 100, 101, 102, 200])
+    """
+
+    _ragged = True
+    _bare = _BYTES
+
+    def _check(self) -> None:
+        if self._schema.dtype.itemsize != 1 or self._item_shape != ():
+            raise StoreKindError(f"{self._path} holds {self._schema.describe()}, not token records")
+        n = len(self._store)
+        if n == 0:
+            raise StoreKindError(f"{self._path} holds no records: not a token dataset")
+        self._lock = threading.Lock()
+        self._documents: npt.NDArray[np.int64] | None = None  # documents before each record
+        ends = np.unique(np.array([0, n - 1], np.int64))
+        values, offsets = self._store.gather_packed(ends)
+        if int(offsets[1]) < HEADER.itemsize or bytes(values[:4]) != MAGIC:
+            raise StoreKindError(
+                f"{self._path} is a bytes dataset, not a token dataset (written by "
+                "chute.write_tokens): open it with BytesDataset"
+            )
+        head = values[: HEADER.itemsize].view(HEADER)[0]
+        code = int(head["dtype"])
+        if int(head["version"]) != VERSION or code not in TOKEN_DTYPES:
+            raise CorruptStoreError(
+                f"{self._path}: token records of layout version {int(head['version'])}, dtype "
+                f"code {code}; this chute reads version {VERSION}, codes {sorted(TOKEN_DTYPES)}"
+            )
+        self._token_dtype = TOKEN_DTYPES[code]
+        self._code = code
+        self._record_tokens = int(head["record_tokens"])
+        if not 1 <= self._record_tokens <= max_record_tokens(self._token_dtype):
+            self._damaged(0, f"record_tokens {self._record_tokens}")
+        self._records = n
+        last = int(offsets[-2])
+        tail = values[last : last + HEADER.itemsize].view(HEADER)[0]
+        self._last_tokens = int(tail["tokens"])
+        if not 1 <= self._last_tokens <= self._record_tokens:
+            self._damaged(n - 1, f"{self._last_tokens} tokens")
+        self._num_tokens = (n - 1) * self._record_tokens + self._last_tokens
+
+    def _damaged(self, record: Any, what: str) -> None:
+        raise CorruptStoreError(
+            f"{self._path}: record {int(record)} is not the token record its place in the "
+            f"stream holds ({what}); the dataset is damaged"
+        )
+
+    def _check_heads(
+        self, records: npt.NDArray[np.int64], heads: npt.NDArray[Any], lengths: npt.NDArray[Any]
+    ) -> None:
+        """Every header says what record ``records[k]`` of this dataset must say."""
+        size = self._record_tokens
+        want = np.where(records == self._records - 1, self._last_tokens, size)
+        tokens = heads["tokens"].astype(np.int64)
+        starts = heads["starts"].astype(np.int64)
+        problems = [
+            (heads["magic"] != MAGIC, "no token header"),
+            (heads["version"] != VERSION, "another layout version"),
+            (heads["dtype"] != self._code, "another token dtype"),
+            (heads["record_tokens"] != size, "another record size"),
+            (heads["first"] != records.astype(np.uint64) * np.uint64(size), "another offset"),
+            (tokens != want, "another token count"),
+            (starts > tokens, "more document starts than tokens"),
+            (
+                lengths != HEADER.itemsize + tokens * self._token_dtype.itemsize + 4 * starts,
+                "a length its header does not account for",
+            ),
+        ]
+        for bad, what in problems:
+            if bad.any():
+                self._damaged(records[np.argmax(bad)], what)
+
+    # ---- the stream ---------------------------------------------------------------------
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The tokens' dtype (``uint16`` or ``uint32``)."""
+        return self._token_dtype
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in the whole stream."""
+        return self._num_tokens
+
+    @property
+    def record_tokens(self) -> int:
+        """Tokens per record (the last record may hold fewer)."""
+        return self._record_tokens
+
+    def _gathered(self, records: npt.NDArray[np.int64]) -> _Records:
+        return _Records(self, records)
+
+    def read_spans(self, starts: npt.ArrayLike, lengths: npt.ArrayLike) -> npt.NDArray[Any]:
+        """Tokens ``starts[k]:starts[k] + lengths[k]`` of the stream for each k, end to end in
+        one flat array, from one native gather of the records they touch.
+
+        >>> import tempfile, numpy as np
+        >>> from chute import write_tokens
+        >>> ds = write_tokens(tempfile.mkdtemp() + "/c", [np.arange(10)], dtype=np.uint16,
+        ...                   record_tokens=3)
+        >>> ds.read_spans([8, 1], [2, 4]).tolist()
+        [8, 9, 1, 2, 3, 4]
+        >>> ds.close()
+        """
+        return self.read_spans_documents(starts, lengths)[0]
+
+    def read_spans_documents(
+        self, starts: npt.ArrayLike, lengths: npt.ArrayLike
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
+        """`read_spans`, and the stream offsets where documents begin in the records read
+        (rising; a superset of those inside the spans), from the same gather."""
+        lo = np.asarray(starts, np.int64).reshape(-1)
+        count = np.asarray(lengths, np.int64).reshape(-1)
+        if lo.shape != count.shape:
+            raise ValueError(f"{lo.size} span starts but {count.size} lengths")
+        if lo.size == 0:
+            return np.empty(0, self._token_dtype), np.empty(0, np.int64)
+        hi = lo + count
+        if (count < 0).any() or (lo < 0).any() or int(hi.max()) > self._num_tokens:
+            raise RecordIndexError(
+                f"a span outside the stream's {self._num_tokens} tokens (or of negative length)"
+            )
+        keep = count > 0
+        lo, hi = lo[keep], hi[keep]
+        size = self._record_tokens
+        first = lo // size
+        pieces = (hi - 1) // size - first + 1
+        span = np.repeat(np.arange(lo.size), pieces)
+        record = ranges(first, pieces)
+        unique, where = np.unique(record, return_inverse=True)
+        got = self._gathered(unique)
+        base = record * size
+        piece_lo = np.maximum(lo[span], base)
+        piece_hi = np.minimum(hi[span], base + size)
+        source = got.token_at[where] + (piece_lo - base)
+        assert got.tokens is not None  # lengths checked: whole tokens
+        return got.tokens[ranges(source, piece_hi - piece_lo)], got.every_start(size)
+
+    def tokens(self, start: int, stop: int) -> npt.NDArray[Any]:
+        """Tokens ``start:stop`` of the whole stream (a copy)."""
+        a = check_int("start", start, minimum=0, maximum=self._num_tokens)
+        b = check_int("stop", stop, minimum=a, maximum=self._num_tokens)
+        return self.read_spans([a], [b - a])
+
+    def document_starts(self, start: int, stop: int) -> npt.NDArray[np.int64]:
+        """The stream offsets in ``start:stop`` where a document begins, rising."""
+        a = check_int("start", start, minimum=0, maximum=self._num_tokens)
+        b = check_int("stop", stop, minimum=a, maximum=self._num_tokens)
+        if a == b:
+            return np.empty(0, np.int64)
+        size = self._record_tokens
+        records = np.arange(a // size, (b - 1) // size + 1, dtype=np.int64)
+        every = self._gathered(records).every_start(size)
+        return every[(every >= a) & (every < b)]
+
+    # ---- documents ------------------------------------------------------------------------
+
+    def _document_index(self) -> npt.NDArray[np.int64]:
+        """Documents that begin before each record, and in all (``n_records + 1`` counts),
+        from the record table alone: a record's length tells how many starts it holds."""
+        with self._lock:
+            if self._documents is None:
+                n = self._records
+                lengths = self._store.lengths(np.arange(n, dtype=np.int64)).astype(np.int64)
+                tokens = np.full(n, self._record_tokens, np.int64)
+                tokens[-1] = self._last_tokens
+                starts, rest = np.divmod(
+                    lengths - HEADER.itemsize - tokens * self._token_dtype.itemsize, 4
+                )
+                bad = (rest != 0) | (starts < 0) | (starts > tokens)
+                if bad.any():
+                    self._damaged(np.argmax(bad), "a length its tokens do not account for")
+                self._documents = np.concatenate([[0], np.cumsum(starts)])
+            return self._documents
+
+    def __len__(self) -> int:
+        """The number of documents."""
+        return int(self._document_index()[-1])
+
+    def document_span(self, i: int) -> tuple[int, int]:
+        """Document ``i``'s ``(start, stop)`` in the stream."""
+        index = self._document_index()
+        n = int(index[-1])
+        if not -n <= i < n:
+            raise RecordIndexError(f"document {i} is out of range for {n} documents")
+        i %= n
+        start = self._nth_start(index, i)
+        stop = self._num_tokens if i + 1 == n else self._nth_start(index, i + 1)
+        return start, stop
+
+    def _nth_start(self, index: npt.NDArray[np.int64], i: int) -> int:
+        record = int(np.searchsorted(index, i, side="right")) - 1
+        every = self._gathered(np.array([record], np.int64)).every_start(self._record_tokens)
+        k = i - int(index[record])
+        if k >= every.size:
+            self._damaged(record, "fewer document starts than its length says")
+        return int(every[k])
+
+    def __getitem__(self, i: int) -> npt.NDArray[Any]:
+        """Document ``i``'s tokens."""
+        if not isinstance(i, (int, np.integer)) or isinstance(i, (bool, np.bool_)):
+            raise TypeError(
+                f"a token dataset is indexed by document number, got {type(i).__name__}; "
+                "ds.tokens(start, stop) reads any span of the stream"
+            )
+        start, stop = self.document_span(int(i))
+        return self.read_spans([start], [stop - start])
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenDataset({str(self._path)!r}, tokens={self._num_tokens}, dtype={self.dtype}, "
+            f"record_tokens={self._record_tokens})"
+        )

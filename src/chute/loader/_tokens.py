@@ -1,0 +1,272 @@
+"""Sequences for language models from a `chute.TokenDataset`, as streams of the step loader.
+
+`TokenWindows` cuts the token stream into fixed windows (concat-and-chunk); `PackedTokens`
+packs documents into sequences, whole where they fit, with ``segment_ids`` and
+``positions`` so attention stays within a document; `varlen` turns a packed batch into the
+flat, padding-free layout of variable-length attention kernels (``cu_seqlens``).
+
+Both streams are pure functions of the record number, so the loader's sampler decides the
+order: ``sampler="cyclic"`` (the default) is a fresh permutation of all windows (or
+sequences) each epoch, keyed by the seed, seekable to any step in O(1), resumed exactly and
+sliced across processes with ``shard=`` like any other stream.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from chute._util.checks import check_int
+from chute.datasets import TokenDataset
+from chute.datasets._tokens import ranges
+from chute.loader._packing import Packing, pack_group
+from chute.loader._streams import Batch
+
+__all__ = ["PackedTokens", "TokenWindows", "varlen"]
+
+#: Packings kept per stream (a few hundred bytes each): enough for every group of a corpus of
+#: a few billion tokens, and a bounded memory for any larger one.
+_CACHED_GROUPS = 1 << 14
+
+
+def _check_tokens(tokens: object, what: str) -> TokenDataset:
+    if not isinstance(tokens, TokenDataset):
+        raise TypeError(
+            f"{what} reads a chute.TokenDataset (written by chute.write_tokens), "
+            f"not a {type(tokens).__name__}"
+        )
+    return tokens
+
+
+def _segments(
+    n: int,
+    width: int,
+    dest: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    breaks_at: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """``segment_ids`` (1, 2 ... within each row; 0 for padding) and ``positions`` (from 0
+    in each segment; 0 for padding) of ``n`` rows of ``width``, whose tokens fill flat
+    places ``dest[k]:dest[k] + lengths[k]`` and whose segments begin at ``breaks_at``."""
+    filled = np.zeros(n * width, bool)
+    filled[ranges(dest, lengths)] = True
+    breaks = np.zeros(n * width, bool)
+    breaks[breaks_at] = True
+    breaks[:: max(width, 1)] = True  # every row begins a segment
+    breaks &= filled
+    grid = breaks.reshape(n, width)
+    segment_ids = np.cumsum(grid, axis=1, dtype=np.int32)
+    column = np.arange(width, dtype=np.int32)
+    last = np.maximum.accumulate(np.where(grid, column, 0), axis=1)
+    positions = column - last
+    empty = ~filled.reshape(n, width)
+    segment_ids[empty] = 0
+    positions[empty] = 0
+    return segment_ids, positions
+
+
+class TokenWindows:
+    """Fixed windows over a token stream: window ``w`` is tokens ``w * seq_len`` to
+    ``(w + 1) * seq_len`` inclusive (``seq_len + 1`` tokens: inputs ``[:, :-1]``, next-token
+    targets ``[:, 1:]``), across document and record edges (concat-and-chunk); the tokens
+    after the last whole window are not read.
+
+    A batch is ``{"tokens": (n, seq_len + 1)}``; with ``documents=True`` also
+    ``"segment_ids"`` and ``"positions"`` of the same shape, which restart where a document
+    begins inside the window (to mask attention across documents).
+
+    >>> import tempfile, numpy as np
+    >>> from chute import DataLoader, TokenWindows, write_tokens
+    >>> ds = write_tokens(tempfile.mkdtemp() + "/c", [np.arange(10), np.arange(50, 57)],
+    ...                   dtype=np.uint16)
+    >>> windows = TokenWindows(ds, seq_len=4)
+    >>> len(windows), windows.__getitems__(np.array([2]))["tokens"].tolist()
+    (4, [[8, 9, 50, 51, 52]])
+    >>> with DataLoader(windows, batch_size=2, seed=0) as loader:  # one epoch, shuffled
+    ...     sorted(r[0] for _ in range(2) for r in next(loader)["tokens"].tolist())
+    [0, 4, 8, 52]
+    """
+
+    def __init__(self, tokens: TokenDataset, seq_len: int, *, documents: bool = False) -> None:
+        self.tokens = _check_tokens(tokens, "TokenWindows")
+        self.seq_len = check_int("seq_len", seq_len, minimum=1)
+        self.documents = bool(documents)
+        self._length = (tokens.num_tokens - 1) // self.seq_len
+        if self._length == 0:
+            raise ValueError(
+                f"seq_len={seq_len} leaves no window: the stream holds {tokens.num_tokens} "
+                f"tokens, a window reads seq_len + 1"
+            )
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitems__(self, indices: npt.NDArray[Any]) -> Batch:
+        windows = np.asarray(indices, np.int64).reshape(-1)
+        if windows.size and (int(windows.min()) < 0 or int(windows.max()) >= self._length):
+            raise IndexError(f"a window outside [0, {self._length})")
+        width = self.seq_len + 1
+        n = windows.size
+        starts = windows * self.seq_len
+        lengths = np.full(n, width, np.int64)
+        if not self.documents:
+            flat = self.tokens.read_spans(starts, lengths)
+            return {"tokens": flat.reshape(n, width)}
+        flat, begins = self.tokens.read_spans_documents(starts, lengths)
+        dest = np.arange(n, dtype=np.int64) * width
+        first = np.searchsorted(begins, starts)
+        count = np.searchsorted(begins, starts + width) - first
+        inside = ranges(first, count)
+        where = np.repeat(dest - starts, count) + begins[inside]
+        segment_ids, positions = _segments(n, width, dest, lengths, where)
+        return {
+            "tokens": flat.reshape(n, width),
+            "segment_ids": segment_ids,
+            "positions": positions,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenWindows({self.tokens!r}, seq_len={self.seq_len}, windows={self._length}"
+            f"{', documents=True' if self.documents else ''})"
+        )
+
+
+class PackedTokens:
+    """Documents packed into sequences of ``seq_len`` tokens, whole where they fit.
+
+    The stream is taken ``group`` sequences' worth of tokens at a time; within a group, each
+    document (or the part of it in the group) fills as many whole sequences as it can, and
+    the remainders are packed first-fit-decreasing into the group's other sequences, the
+    few that fit nowhere whole being split to fill the gaps. Every group but the last is
+    filled exactly (no padding); only documents longer than ``seq_len``, those crossing a
+    group's edge and the few used to fill gaps are split. A group is packed when first
+    read, in memory bounded by the group, and kept (up to 16384 groups): no pass over the
+    corpus, ever.
+
+    A batch is ``{"tokens", "segment_ids", "positions"}``, each ``(n, seq_len)``:
+    ``segment_ids`` number the document pieces of a row from 1 (0 is padding),
+    ``positions`` count from 0 in each piece. For next-token prediction take inputs
+    ``tokens[:, :-1]``, targets ``tokens[:, 1:]`` and weigh the loss by
+    ``segment_ids[:, 1:] == segment_ids[:, :-1]``.
+
+    >>> import tempfile, numpy as np
+    >>> from chute import PackedTokens, write_tokens
+    >>> docs = [np.full(3, 1), np.full(6, 2), np.full(2, 3), np.full(5, 4)]
+    >>> ds = write_tokens(tempfile.mkdtemp() + "/c", docs, dtype=np.uint16)
+    >>> packed = PackedTokens(ds, seq_len=8, group=2)
+    >>> batch = packed.__getitems__(np.arange(len(packed)))
+    >>> batch["tokens"].tolist()
+    [[2, 2, 2, 2, 2, 2, 3, 3], [4, 4, 4, 4, 4, 1, 1, 1]]
+    >>> batch["segment_ids"].tolist()
+    [[1, 1, 1, 1, 1, 1, 2, 2], [1, 1, 1, 1, 1, 2, 2, 2]]
+    """
+
+    def __init__(self, tokens: TokenDataset, seq_len: int, *, group: int = 32) -> None:
+        self.tokens = _check_tokens(tokens, "PackedTokens")
+        self.seq_len = check_int("seq_len", seq_len, minimum=1)
+        self.group = check_int("group", group, minimum=1, maximum=1 << 16)
+        span = self.seq_len * self.group
+        self._full, rest = divmod(tokens.num_tokens, span)
+        self._tail = -(-rest // self.seq_len)  # sequences of the last, shorter group
+        self._length = self._full * self.group + self._tail
+        self._lock = threading.Lock()
+        self._packed: OrderedDict[int, Packing] = OrderedDict()
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_lock"], state["_packed"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._packed = OrderedDict()
+
+    def packing(self, group: int) -> Packing:
+        """How group ``group`` is packed (cached)."""
+        with self._lock:
+            found = self._packed.get(group)
+            if found is not None:
+                self._packed.move_to_end(group)
+                return found
+        span = self.seq_len * self.group
+        start = group * span
+        stop = min(start + span, self.tokens.num_tokens)
+        bins = self.group if group < self._full else self._tail
+        packed = pack_group(start, stop, self.tokens.document_starts(start, stop),
+                            self.seq_len, bins)  # fmt: skip
+        with self._lock:
+            self._packed[group] = packed
+            if len(self._packed) > _CACHED_GROUPS:
+                self._packed.popitem(last=False)
+        return packed
+
+    def __getitems__(self, indices: npt.NDArray[Any]) -> Batch:
+        rows = np.asarray(indices, np.int64).reshape(-1)
+        if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self._length):
+            raise IndexError(f"a sequence outside [0, {self._length})")
+        n, width = rows.size, self.seq_len
+        groups, bins = np.divmod(rows, self.group)
+        starts: list[npt.NDArray[np.int64]] = []
+        lengths: list[npt.NDArray[np.int64]] = []
+        for g, b in zip(groups.tolist(), bins.tolist(), strict=True):
+            packed = self.packing(g)
+            lo, hi = packed.edges[b], packed.edges[b + 1]
+            starts.append(packed.starts[lo:hi])
+            lengths.append(packed.lengths[lo:hi])
+        count = np.array([s.size for s in starts], np.int64)
+        start = np.concatenate(starts) if n else np.empty(0, np.int64)
+        length = np.concatenate(lengths) if n else np.empty(0, np.int64)
+        row = np.repeat(np.arange(n, dtype=np.int64), count)
+        before = np.cumsum(length) - length
+        row_first = np.repeat(before[np.cumsum(count) - count], count) if n else before
+        dest = row * width + before - row_first
+        flat = self.tokens.read_spans(start, length)
+        out = np.zeros(n * width, self.tokens.dtype)
+        out[ranges(dest, length)] = flat
+        segment_ids, positions = _segments(n, width, dest, length, dest)
+        return {"tokens": out.reshape(n, width), "segment_ids": segment_ids,
+                "positions": positions}  # fmt: skip
+
+    def __repr__(self) -> str:
+        return (
+            f"PackedTokens({self.tokens!r}, seq_len={self.seq_len}, group={self.group}, "
+            f"sequences={self._length})"
+        )
+
+
+def varlen(batch: Batch) -> Batch:
+    """A packed batch (``tokens``, ``segment_ids``, ``positions`` of ``(n, seq_len)``) as
+    one flat, padding-free sequence for variable-length attention: ``tokens`` and
+    ``positions`` of ``(total,)``, ``cu_seqlens`` (int32, the segments' edges: segment k is
+    ``tokens[cu_seqlens[k]:cu_seqlens[k + 1]]``) and ``max_seqlen``; other entries pass.
+    Use it as the loader's ``transform=``.
+
+    >>> batch = {"tokens": np.array([[5, 6, 7], [8, 9, 0]]),
+    ...          "segment_ids": np.array([[1, 1, 2], [1, 1, 0]]),
+    ...          "positions": np.array([[0, 1, 0], [0, 1, 0]])}
+    >>> out = varlen(batch)
+    >>> out["tokens"].tolist(), out["cu_seqlens"].tolist(), out["max_seqlen"]
+    ([5, 6, 7, 8, 9], [0, 2, 3, 5], 2)
+    """
+    segment_ids = np.asarray(batch["segment_ids"])
+    keep = segment_ids.reshape(-1) != 0
+    flat_ids = segment_ids.reshape(-1)[keep]
+    row = np.repeat(np.arange(segment_ids.shape[0]), segment_ids.shape[1])[keep]
+    edge = np.ones(flat_ids.size, bool)
+    edge[1:] = (flat_ids[1:] != flat_ids[:-1]) | (row[1:] != row[:-1])
+    cu = np.append(np.flatnonzero(edge), flat_ids.size).astype(np.int32)
+    out = {k: v for k, v in batch.items() if k != "segment_ids"}
+    out["tokens"] = np.asarray(batch["tokens"]).reshape(-1)[keep]
+    out["positions"] = np.asarray(batch["positions"]).reshape(-1)[keep]
+    out["cu_seqlens"] = cu
+    out["max_seqlen"] = int(np.diff(cu).max()) if cu.size > 1 else 0
+    return out
