@@ -49,7 +49,7 @@ __all__ = [
     "is_sharded",
     "pad",
     "read_manifest",
-    "write_tokens",
     "write_dataset",
     "write_ragged",
+    "write_tokens",
 ]

@@ -90,8 +90,8 @@ class _Records:
         heads = values[at[:, None] + np.arange(size)].view(HEADER).reshape(-1)
         owner._check_heads(records, heads, lengths)
         dtype = owner.dtype
-        self.tokens = values.view(dtype) if values.size % dtype.itemsize == 0 else None
-        self.token_at = (at + size) // dtype.itemsize
+        self.tokens = values.view(dtype)  # every length checked: whole tokens throughout
+        self.token_at = ((at + size) // dtype.itemsize).astype(np.int64)
         self.counts = heads["tokens"].astype(np.int64)
         self.starts_at = at + size + self.counts * dtype.itemsize
         self.starts_n = heads["starts"].astype(np.int64)
@@ -230,13 +230,19 @@ class TokenDataset(StoreView):
         [8, 9, 1, 2, 3, 4]
         >>> ds.close()
         """
-        return self.read_spans_documents(starts, lengths)[0]
+        tokens, _ = self._spans(starts, lengths, documents=False)
+        return tokens
 
     def read_spans_documents(
         self, starts: npt.ArrayLike, lengths: npt.ArrayLike
     ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
         """`read_spans`, and the stream offsets where documents begin in the records read
         (rising; a superset of those inside the spans), from the same gather."""
+        return self._spans(starts, lengths, documents=True)
+
+    def _spans(
+        self, starts: npt.ArrayLike, lengths: npt.ArrayLike, *, documents: bool
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
         lo = np.asarray(starts, np.int64).reshape(-1)
         count = np.asarray(lengths, np.int64).reshape(-1)
         if lo.shape != count.shape:
@@ -260,9 +266,9 @@ class TokenDataset(StoreView):
         base = record * size
         piece_lo = np.maximum(lo[span], base)
         piece_hi = np.minimum(hi[span], base + size)
-        source = got.token_at[where] + (piece_lo - base)
-        assert got.tokens is not None  # lengths checked: whole tokens
-        return got.tokens[ranges(source, piece_hi - piece_lo)], got.every_start(size)
+        source = (got.token_at[where] + (piece_lo - base)).astype(np.int64, copy=False)
+        begins = got.every_start(size) if documents else np.empty(0, np.int64)
+        return got.tokens[ranges(source, piece_hi - piece_lo)], begins
 
     def tokens(self, start: int, stop: int) -> npt.NDArray[Any]:
         """Tokens ``start:stop`` of the whole stream (a copy)."""
@@ -298,7 +304,7 @@ class TokenDataset(StoreView):
                 bad = (rest != 0) | (starts < 0) | (starts > tokens)
                 if bad.any():
                     self._damaged(np.argmax(bad), "a length its tokens do not account for")
-                self._documents = np.concatenate([[0], np.cumsum(starts)])
+                self._documents = np.concatenate([[0], np.cumsum(starts)]).astype(np.int64)
             return self._documents
 
     def __len__(self) -> int:

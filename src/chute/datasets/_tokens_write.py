@@ -16,9 +16,9 @@ from chute.datasets._writers import write_ragged
 
 __all__ = ["DEFAULT_RECORD_TOKENS", "write_tokens"]
 
-DEFAULT_RECORD_TOKENS = 4096
-"""Tokens per record unless told: a window of up to a few thousand tokens reads one or two
-records, and a billion tokens make a quarter million records."""
+DEFAULT_RECORD_TOKENS = 2048
+"""Tokens per record unless told: a window of a thousand tokens reads one or two records of
+4 KiB (uint16), and a billion tokens make half a million records."""
 _CODES = {dtype: code for code, dtype in TOKEN_DTYPES.items()}
 
 
@@ -152,8 +152,9 @@ def write_tokens(
     one token stream and return it opened (`chute.TokenDataset`).
 
     ``dtype`` is ``uint16`` or ``uint32`` (default: the first document's, which must be
-    one of them, or ``uint16`` for ``bytes``); every token is checked to fit. The stream is cut into records of
-    ``record_tokens`` tokens (default 4096; at most what fits the 1 MiB record cap), so a
+    one of them, or ``uint16`` for ``bytes``); every token is checked to fit. The stream
+    is cut into records of ``record_tokens`` tokens (default 2048; at most what fits the
+    1 MiB record cap), so a
     document of any length is kept whole, its edges recorded; documents are consumed one
     at a time, never held together. An empty document is refused (its number would be lost).
 

@@ -15,7 +15,7 @@ from chute._util.state import StateLayout
 from chute.loader._pipeline import Pipeline
 from chute.loader._recipe import Record
 from chute.loader._sampler import _check_u64
-from chute.loader._streams import Batch, Stream, Streams, as_streams, check_streams
+from chute.loader._streams import Batch, Streams, as_streams, check_streams
 from chute.loader._subset import IndexSet
 
 Last = Literal["partial", "pad"]

@@ -36,7 +36,7 @@ import numpy.typing as npt
 from chute._native import fill as _fill
 from chute._native import sampler_codes
 from chute._util.checks import check_int
-from chute.loader._sampler import SamplerMode, StepSampler, _check_u64
+from chute.loader._sampler import SamplerMode, StepSampler
 from chute.loader._streams import Stream, as_streams, check_streams
 
 __all__ = ["MixSampler", "Mixture", "mix"]
@@ -153,9 +153,7 @@ class Mixture:
     ) -> None:
         if not isinstance(sources, Mapping) or not sources:
             raise ValueError("mix takes a non-empty dict of name -> stream")
-        self.sources = {
-            name: as_streams({name: s})[name] for name, s in sources.items()
-        }
+        self.sources = {name: as_streams({name: s})[name] for name, s in sources.items()}
         self.names = tuple(self.sources)
         for name, stream in self.sources.items():
             check_streams({name: stream})
@@ -178,9 +176,7 @@ class Mixture:
         phase = self.phases[int(np.searchsorted(self.steps, step, side="right")) - 1]
         return {n: w / _SCALE for n, w in zip(self.names, phase.weights, strict=True)}
 
-    def sampler(
-        self, batch_size: int, seed: int = 0, mode: SamplerMode = "cyclic"
-    ) -> MixSampler:
+    def sampler(self, batch_size: int, seed: int = 0, mode: SamplerMode = "cyclic") -> MixSampler:
         """The sampler that draws this mixture ``batch_size`` records a step."""
         return MixSampler(self, batch_size, seed=seed, mode=mode)
 

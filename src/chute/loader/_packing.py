@@ -25,14 +25,18 @@ class Packing:
 def pack_group(
     start: int, stop: int, document_starts: npt.NDArray[np.int64], seq_len: int, bins: int
 ) -> Packing:
-    """Tokens ``start:stop`` packed into ``bins`` sequences of ``seq_len``.
+    """Tokens ``start:stop`` packed into ``bins`` sequences of ``seq_len``, the documents
+    beginning at ``document_starts`` (those in ``start:stop``, and ``stop`` itself where a
+    document begins there or the stream ends: the last piece is then a whole document).
 
     Each document piece (cut at the group's edges) fills whole sequences with its first
-    ``seq_len``-multiples; the remainders go first-fit-decreasing into the other
-    sequences; those that fit nowhere whole fill the gaps left, split in order. With
-    ``bins * seq_len == stop - start`` no token is left out and none is padding.
+    ``seq_len``-multiples. The documents shorter than that go first-fit-decreasing into
+    the other sequences; the gaps left are filled, in order, with the rest (the remainders
+    of longer documents and of those cut by the group's edges, split as needed), then with
+    any short document that fit nowhere whole. With ``bins * seq_len == stop - start`` no
+    token is left out and none is padding.
 
-    >>> p = pack_group(0, 16, np.array([0, 3, 9, 11]), seq_len=8, bins=2)
+    >>> p = pack_group(0, 16, np.array([0, 3, 9, 11, 16]), seq_len=8, bins=2)
     >>> [list(zip(p.starts[p.edges[b]:p.edges[b + 1]].tolist(),
     ...           p.lengths[p.edges[b]:p.edges[b + 1]].tolist())) for b in range(2)]
     [[(3, 6), (9, 2)], [(11, 5), (0, 3)]]
@@ -49,21 +53,26 @@ def pack_group(
         raise ValueError(f"{stop - start} tokens do not fit {bins} sequences of {seq_len}")
     tails_start = piece_start + whole * seq_len
     tails_length = piece_length - whole * seq_len
-    order = np.lexsort((tails_start, -tails_length))  # longest first, then stream order
-    order = order[tails_length[order] > 0]
+    # a tail that is a whole document is kept whole where it fits; the others (parts of
+    # longer documents, or of one cut by the group's edges) are split freely to fill gaps
+    intact = (whole == 0) & np.isin(piece_start, document_starts)
+    intact &= np.isin(piece_start + piece_length, document_starts) | (edges[1:] < stop)
     room = np.full(bins - len(rows), seq_len, np.int64)
     placed: list[list[tuple[int, int]]] = [[] for _ in range(room.size)]
     left: list[tuple[int, int]] = []
-    for s, n in zip(tails_start[order].tolist(), tails_length[order].tolist(), strict=True):
+    order = np.lexsort((tails_start, -tails_length))  # longest first, then stream order
+    for k in order[intact[order]].tolist():
+        s, n = int(tails_start[k]), int(tails_length[k])
         fits = np.flatnonzero(room >= n)
         if fits.size:
-            b = int(fits[0])
-            placed[b].append((s, n))
-            room[b] -= n
+            placed[int(fits[0])].append((s, n))
+            room[fits[0]] -= n
         else:
             left.append((s, n))
+    rest = [(int(tails_start[k]), int(tails_length[k]))
+            for k in np.flatnonzero(~intact & (tails_length > 0)).tolist()]  # fmt: skip
     b = 0
-    for s, n in left:  # split across the gaps, in order
+    for s, n in rest + left:  # split across the gaps, in order
         while n:
             while b < room.size and room[b] == 0:
                 b += 1

@@ -43,30 +43,32 @@ def _check_tokens(tokens: object, what: str) -> TokenDataset:
 
 
 def _segments(
-    n: int,
-    width: int,
-    dest: npt.NDArray[np.int64],
-    lengths: npt.NDArray[np.int64],
-    breaks_at: npt.NDArray[np.int64],
+    n: int, width: int, fill: npt.NDArray[np.int64], breaks: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
     """``segment_ids`` (1, 2 ... within each row; 0 for padding) and ``positions`` (from 0
-    in each segment; 0 for padding) of ``n`` rows of ``width``, whose tokens fill flat
-    places ``dest[k]:dest[k] + lengths[k]`` and whose segments begin at ``breaks_at``."""
-    filled = np.zeros(n * width, bool)
-    filled[ranges(dest, lengths)] = True
-    breaks = np.zeros(n * width, bool)
-    breaks[breaks_at] = True
-    breaks[:: max(width, 1)] = True  # every row begins a segment
-    breaks &= filled
-    grid = breaks.reshape(n, width)
-    segment_ids = np.cumsum(grid, axis=1, dtype=np.int32)
-    column = np.arange(width, dtype=np.int32)
-    last = np.maximum.accumulate(np.where(grid, column, 0), axis=1)
-    positions = column - last
-    empty = ~filled.reshape(n, width)
-    segment_ids[empty] = 0
-    positions[empty] = 0
-    return segment_ids, positions
+    in each segment; 0 for padding) of ``n`` rows of ``width``, row ``r`` holding tokens in
+    its first ``fill[r]`` places, its segments beginning at the flat places ``breaks``
+    (rising, each row's first place among them)."""
+    row = breaks // width
+    new_row = np.ones(breaks.size, bool)
+    new_row[1:] = row[1:] != row[:-1]
+    last = np.append(new_row[1:], True)
+    end = np.append(breaks[1:], 0)
+    end[last] = row[last] * width + fill[row[last]]
+    length = end - breaks
+    first = np.flatnonzero(new_row)
+    in_row = np.diff(np.append(first, breaks.size))
+    ordinal = np.arange(1, breaks.size + 1) - np.repeat(first, in_row)
+    ids = np.repeat(ordinal.astype(np.int32), length)
+    places = ranges(np.zeros(breaks.size, np.int64), length).astype(np.int32)
+    if int(fill.sum()) == n * width:  # no padding: the segments tile the rows
+        return ids.reshape(n, width), places.reshape(n, width)
+    filled = ranges(breaks, length)
+    segment_ids = np.zeros(n * width, np.int32)
+    positions = np.zeros(n * width, np.int32)
+    segment_ids[filled] = ids
+    positions[filled] = places
+    return segment_ids.reshape(n, width), positions.reshape(n, width)
 
 
 class TokenWindows:
@@ -118,11 +120,11 @@ class TokenWindows:
             return {"tokens": flat.reshape(n, width)}
         flat, begins = self.tokens.read_spans_documents(starts, lengths)
         dest = np.arange(n, dtype=np.int64) * width
-        first = np.searchsorted(begins, starts)
+        first = np.searchsorted(begins, starts, side="right")  # a start at dest is there
         count = np.searchsorted(begins, starts + width) - first
-        inside = ranges(first, count)
-        where = np.repeat(dest - starts, count) + begins[inside]
-        segment_ids, positions = _segments(n, width, dest, lengths, where)
+        inside = np.repeat(dest - starts, count) + begins[ranges(first, count)]
+        breaks = np.sort(np.concatenate([dest, inside]))
+        segment_ids, positions = _segments(n, width, lengths, breaks)
         return {
             "tokens": flat.reshape(n, width),
             "segment_ids": segment_ids,
@@ -192,22 +194,33 @@ class PackedTokens:
 
     def packing(self, group: int) -> Packing:
         """How group ``group`` is packed (cached)."""
+        return self._packings([group])[group]
+
+    def _packings(self, groups: list[int]) -> dict[int, Packing]:
+        """The packings of ``groups``, those not cached packed now (outside the lock)."""
         with self._lock:
-            found = self._packed.get(group)
-            if found is not None:
-                self._packed.move_to_end(group)
-                return found
+            found = {g: self._packed.get(g) for g in groups}
+            for g, packed in found.items():
+                if packed is not None:
+                    self._packed.move_to_end(g)
         span = self.seq_len * self.group
-        start = group * span
-        stop = min(start + span, self.tokens.num_tokens)
-        bins = self.group if group < self._full else self._tail
-        packed = pack_group(start, stop, self.tokens.document_starts(start, stop),
-                            self.seq_len, bins)  # fmt: skip
-        with self._lock:
-            self._packed[group] = packed
-            if len(self._packed) > _CACHED_GROUPS:
-                self._packed.popitem(last=False)
-        return packed
+        done: dict[int, Packing] = {}
+        for g, packed in found.items():
+            if packed is None:
+                start = g * span
+                stop = min(start + span, self.tokens.num_tokens)
+                bins = self.group if g < self._full else self._tail
+                end = self.tokens.num_tokens
+                starts = self.tokens.document_starts(start, min(stop + 1, end))
+                if stop == end:
+                    starts = np.append(starts, end)
+                packed = pack_group(start, stop, starts, self.seq_len, bins)
+                with self._lock:
+                    self._packed[g] = packed
+                    if len(self._packed) > _CACHED_GROUPS:
+                        self._packed.popitem(last=False)
+            done[g] = packed
+        return done
 
     def __getitems__(self, indices: npt.NDArray[Any]) -> Batch:
         rows = np.asarray(indices, np.int64).reshape(-1)
@@ -215,24 +228,30 @@ class PackedTokens:
             raise IndexError(f"a sequence outside [0, {self._length})")
         n, width = rows.size, self.seq_len
         groups, bins = np.divmod(rows, self.group)
-        starts: list[npt.NDArray[np.int64]] = []
-        lengths: list[npt.NDArray[np.int64]] = []
-        for g, b in zip(groups.tolist(), bins.tolist(), strict=True):
-            packed = self.packing(g)
-            lo, hi = packed.edges[b], packed.edges[b + 1]
-            starts.append(packed.starts[lo:hi])
-            lengths.append(packed.lengths[lo:hi])
-        count = np.array([s.size for s in starts], np.int64)
-        start = np.concatenate(starts) if n else np.empty(0, np.int64)
-        length = np.concatenate(lengths) if n else np.empty(0, np.int64)
+        unique, which = np.unique(groups, return_inverse=True)
+        found = self._packings(unique.tolist())
+        packs = [found[g] for g in unique.tolist()]
+        rows_of = [found[g].edges for g in groups.tolist()]
+        lo = np.array([e[b] for e, b in zip(rows_of, bins.tolist(), strict=True)], np.int64)
+        hi = np.array([e[b + 1] for e, b in zip(rows_of, bins.tolist(), strict=True)], np.int64)
+        pieces = np.array([p.starts.size for p in packs], np.int64)
+        base = (np.cumsum(pieces) - pieces)[which]
+        lo, count = lo + base, hi - lo
+        chosen = ranges(lo, count)
+        start = np.concatenate([p.starts for p in packs])[chosen]
+        length = np.concatenate([p.lengths for p in packs])[chosen]
         row = np.repeat(np.arange(n, dtype=np.int64), count)
         before = np.cumsum(length) - length
-        row_first = np.repeat(before[np.cumsum(count) - count], count) if n else before
+        row_first = np.repeat(before[np.cumsum(count) - count], count)
         dest = row * width + before - row_first
         flat = self.tokens.read_spans(start, length)
-        out = np.zeros(n * width, self.tokens.dtype)
-        out[ranges(dest, length)] = flat
-        segment_ids, positions = _segments(n, width, dest, length, dest)
+        fill = np.bincount(row, length, n).astype(np.int64)
+        if int(fill.sum()) == n * width:  # no padding: the pieces tile the rows in order
+            out = flat
+        else:
+            out = np.zeros(n * width, self.tokens.dtype)
+            out[ranges(dest, length)] = flat
+        segment_ids, positions = _segments(n, width, fill, dest)
         return {"tokens": out.reshape(n, width), "segment_ids": segment_ids,
                 "positions": positions}  # fmt: skip
 

@@ -190,4 +190,7 @@ def check_record_bytes(
         bad = int(np.argmax(sizes > MAX_RECORD))
         size = int(sizes[bad])
     name = what or f"record {first + bad}"
-    raise ValueError(f"{name} is {size} bytes; the Zrecord format caps a record at 1 MiB")
+    raise ValueError(
+        f"{name} is {size} bytes; the Zrecord format caps a record at 1 MiB: split it across "
+        "records (chute.write_tokens does so for token documents of any length)"
+    )
