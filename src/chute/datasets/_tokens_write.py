@@ -158,7 +158,10 @@ def write_tokens(
     document of any length is kept whole, its edges recorded; documents are consumed one
     at a time, never held together. An empty document is refused (its number would be lost).
 
-    The rest is as in `chute.write_ragged`: ``codec``, ``level``, ``overwrite``,
+    ``codec`` is ``"raw"`` unless told: the ids of a trained tokenizer are already a
+    compressed text, which zstd shrinks little, while decoding it would cost every window
+    (``"zstd"`` pays off for byte-level or small vocabularies, and for object storage).
+    The rest is as in `chute.write_ragged`: ``level``, ``overwrite``,
     ``shard_records=N`` (a sharded dataset of N records each; ``workers`` shards at once),
     a URL (``s3://`` ...) as ``path`` with ``store_options`` and ``break_lock``. A write that
     fails part way (a token out of range, say) leaves nothing behind. A token dataset is
@@ -173,7 +176,8 @@ def write_tokens(
     kind = None if dtype is None else _token_dtype(dtype)
     size = None if record_tokens is None else check_int("record_tokens", record_tokens, minimum=1)
     written = write_ragged(
-        path, _records(documents, kind, size), dtype=np.uint8, item_shape=(), codec=codec,
+        path, _records(documents, kind, size), dtype=np.uint8, item_shape=(),
+        codec="raw" if codec is None else codec,
         level=level, mode="w", overwrite=overwrite, shard_records=shard_records,
         workers=workers, progress=progress, break_lock=break_lock, **store_options,
     )  # fmt: skip
