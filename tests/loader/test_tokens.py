@@ -244,3 +244,28 @@ def test_a_stream_alone_must_gather_a_dict() -> None:
         next(loader)
     with pytest.raises(ValueError, match="non-empty dict"):
         DataLoader(np.arange(10), batch_size=2)  # type: ignore[arg-type]
+
+
+def test_a_pass_of_packed_sequences_packs_each_group_once(corpus, monkeypatch) -> None:
+    import chute.loader._tokens as module
+
+    ds, _ = corpus
+    packed = PackedTokens(ds, seq_len=40, group=4, lanes=8)
+    packs: list[int] = []
+    real = module.pack_group
+    monkeypatch.setattr(module, "pack_group",
+                        lambda start, *a: packs.append(start) or real(start, *a))  # fmt: skip
+    n = len(packed)
+    with DataLoader(packed, batch_size=6, seed=1) as loader:
+        first_pass = loader.sampler.indices(0)  # the sampler is the stream's own order
+        drawn = np.concatenate([loader.sampler.indices(s) for s in range(-(-2 * n // 6))])
+        for _ in range(-(-n // 6)):
+            next(loader)
+    assert first_pass.size == 6
+    one, two = drawn[:n], drawn[n : 2 * n]
+    assert sorted(one.tolist()) == list(range(n)) == sorted(two.tolist())
+    assert not np.array_equal(one, two)  # a fresh order each pass
+    assert len(packs) == len(set(packs)) == -(-n // 4)  # every group packed once in the pass
+    groups = one[: (n // 4 // 8) * 32] // 4  # whole blocks of 8 lanes
+    for k in range(0, groups.size - 8, 8):
+        assert len(set(groups[k : k + 8].tolist())) == 8  # 8 draws in a row: 8 groups

@@ -19,6 +19,7 @@ from chute.loader._recipe import Record
 from chute.loader._renamed import translate
 from chute.loader._sampler import (
     _U64,
+    OrderSampler,
     Sampler,
     SamplerLike,
     SamplerMode,
@@ -26,7 +27,7 @@ from chute.loader._sampler import (
     _check_u64,
     sampler_config,
 )
-from chute.loader._streams import Batch, Stream, Streams, as_streams, check_streams
+from chute.loader._streams import Batch, Ordered, Stream, Streams, as_streams, check_streams
 from chute.loader._subset import IndexSet
 from chute.loader._window import ShardWindowSampler, window_sampler
 
@@ -61,6 +62,10 @@ def _make_sampler(
             raise ValueError("a loader draws one mixture; mix the mixtures' sources instead")
         batch = _DEFAULT_BATCH if batch_size is None else batch_size
         return mixtures[0].sampler(batch, 0 if seed is None else seed, sampler)
+    ordered = [s for s in (streams or {}).values() if isinstance(s, Ordered)]
+    if sampler == "cyclic" and len(ordered) == 1 and not subset:
+        batch = _DEFAULT_BATCH if batch_size is None else batch_size
+        return OrderSampler(ordered[0], batch, seed=0 if seed is None else seed)
     if isinstance(sampler, str):
         return Sampler(length, _DEFAULT_BATCH if batch_size is None else batch_size, sampler,
                        0 if seed is None else seed)  # fmt: skip
@@ -122,7 +127,7 @@ def _check_positions(
 
 
 #: The samplers of chute, which draw only in ``[0, length)``: the loader need not check them.
-_OURS = (Sampler, WeightedSampler, ShardWindowSampler, MixSampler)
+_OURS = (Sampler, WeightedSampler, ShardWindowSampler, MixSampler, OrderSampler)
 
 #: The arguments after ``batch_size``, in the order they could be passed by position.
 _POSITIONAL = ("sampler", "seed", "start_step", "num_threads", "prefetch", "transform", "shard")

@@ -37,7 +37,7 @@ from chute._native import fill as _fill
 from chute._native import sampler_codes
 from chute._util.checks import check_int
 from chute.loader._sampler import SamplerMode, StepSampler
-from chute.loader._streams import Stream, as_streams, check_streams
+from chute.loader._streams import Ordered, Stream, as_streams, check_streams
 
 __all__ = ["MixSampler", "Mixture", "mix"]
 
@@ -290,6 +290,9 @@ class MixSampler(StepSampler):
     def _draw(self, s: int, first: int, n: int) -> npt.NDArray[np.uint64]:
         """Positions of source ``s``'s draws ``first .. first + n - 1``."""
         length = self.mixture.lengths[s]
+        source = self.mixture.sources[self.mixture.names[s]]
+        if self._code == sampler_codes.MODE_CYCLIC and isinstance(source, Ordered):
+            return np.asarray(source.order(self._seeds[s], first, n), np.uint64)
         block = length if self._code == sampler_codes.MODE_CYCLIC else _IID_BLOCK
         if self._code == sampler_codes.MODE_SEQUENTIAL:
             return ((first + np.arange(n, dtype=np.uint64)) % np.uint64(length)).astype(np.uint64)

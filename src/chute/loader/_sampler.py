@@ -22,7 +22,15 @@ from chute._util.checks import check_int
 from chute._util.renamed import legacy_arguments
 from chute._util.state import StateLayout, check_state, make_state
 
-__all__ = ["Sampler", "SamplerLike", "SamplerMode", "StepSampler", "WeightedSampler"]
+__all__ = [
+    "OrderSampler",
+    "Sampler",
+    "SamplerLike",
+    "SamplerMode",
+    "StepSampler",
+    "WeightedSampler",
+    "lane_order",
+]
 
 SamplerMode = Literal["sequential", "iid", "cyclic"]
 """How a batch is drawn from ``[0, length)``."""
@@ -40,6 +48,7 @@ if _COMPILED != _MODES:
 _U64 = 1 << 64
 _UNIT_BITS = 53  # uniform doubles in [0, 1) carry 53 random bits
 _WEIGHTED_DOMAIN = 0x5765696768746564  # keeps weighted draws apart from iid draws of a seed
+_LANES_DOMAIN = 0x4C616E65734F7264  # and the group order of lanes from cyclic draws
 
 
 def _check_u64(name: str, value: int, minimum: int = 0, end: int = _U64) -> int:
@@ -309,6 +318,66 @@ class WeightedSampler(StepSampler):
             f"WeightedSampler(length={self.length}, batch_size={self.batch_size}, "
             f"seed={self.seed}, weights={self._digest}, step={self._step})"
         )
+
+
+class OrderSampler(StepSampler):
+    """Draws a stream in its own order (`chute.loader._streams.Ordered`): the batch at step
+    s is the stream's draws ``s * batch_size ...`` of the run keyed by ``seed``."""
+
+    def __init__(self, stream: Any, batch_size: int, *, seed: int = 0) -> None:
+        super().__init__(len(stream), batch_size, seed=seed)
+        self.stream = stream
+
+    def fill(self, step: int, start: int, out: npt.NDArray[np.uint64]) -> None:
+        out[:] = self.stream.order(self.seed, step * self.batch_size + start, len(out))
+
+    def fingerprint(self) -> Any:
+        own = getattr(self.stream, "fingerprint", None)
+        return {"kind": "order", "stream": own() if own else type(self.stream).__qualname__}
+
+    def __repr__(self) -> str:
+        return (
+            f"OrderSampler({self.stream!r}, batch_size={self.batch_size}, seed={self.seed}, "
+            f"step={self._step})"
+        )
+
+
+def lane_order(
+    groups: int, per_group: int, tail: int, lanes: int, seed: int, first: int, n: int
+) -> npt.NDArray[np.uint64]:
+    """Draws ``first .. first + n - 1`` of records laid out as ``groups`` groups of
+    ``per_group`` (record ``g * per_group + b``) and ``tail`` records after them.
+
+    Each pass takes the groups in a fresh order (keyed by ``seed`` and the pass), ``lanes``
+    at a time, and reads those side by side: draw j of a block of lanes is record
+    ``j // lanes`` of its ``j % lanes``-th group. Consecutive draws then come from different
+    groups, and a group's records are all drawn within ``lanes * per_group`` draws, so a
+    cache of a block's groups serves every draw. The ``tail`` records end each pass.
+
+    >>> lane_order(groups=3, per_group=2, tail=1, lanes=2, seed=0, first=0, n=7).tolist()
+    [2, 0, 3, 1, 4, 5, 6]
+    """
+    total = groups * per_group + tail
+    out = np.empty(n, np.uint64)
+    done = 0
+    key = (seed ^ _LANES_DOMAIN) % _U64
+    while done < n:
+        cycle, pos = divmod(first + done, total)
+        if pos >= groups * per_group:  # the tail, in order
+            take = min(n - done, total - pos)
+            out[done : done + take] = np.arange(pos, pos + take, dtype=np.uint64)
+            done += take
+            continue
+        block, j0 = divmod(pos, lanes * per_group)
+        width = min(lanes, groups - block * lanes)
+        take = min(n - done, width * per_group - j0)
+        order = np.empty(width, np.uint64)
+        _fill(_MODES["cyclic"], groups, groups, key, cycle % _U64, block * lanes, order)
+        j = np.arange(j0, j0 + take, dtype=np.uint64)
+        lane, step = np.divmod(j, np.uint64(width))[::-1]
+        out[done : done + take] = order[lane] * np.uint64(per_group) + step
+        done += take
+    return out
 
 
 _CHUNK = 1 << 18  # weights converted at a time: bounds the temporaries, whatever the length

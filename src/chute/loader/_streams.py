@@ -60,6 +60,20 @@ class ReadsAhead(Protocol):
     def readahead(self, indices: npt.NDArray[np.uint64]) -> bool: ...
 
 
+@runtime_checkable
+class Ordered(Protocol):
+    """A stream with an order of its own, which ``sampler="cyclic"`` follows: its draws
+    ``first .. first + n - 1`` of an endless run of passes, each pass a permutation of its
+    records keyed by ``seed`` and the pass (`chute.PackedTokens` reads its groups side by
+    side, so a group is packed once a pass, not once a sequence)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitems__(self, indices: npt.NDArray[np.uint64]) -> Any: ...
+
+    def order(self, seed: int, first: int, n: int) -> npt.NDArray[np.uint64]: ...
+
+
 class _ArrayStream:
     """An in-memory numpy array (or memory map) as a stream: one fancy-index per batch."""
 

@@ -24,6 +24,7 @@ from chute._util.checks import check_int
 from chute.datasets import TokenDataset
 from chute.datasets._tokens import ranges
 from chute.loader._packing import Packing, pack_group
+from chute.loader._sampler import lane_order
 from chute.loader._streams import Batch
 
 __all__ = ["PackedTokens", "TokenWindows", "varlen"]
@@ -150,6 +151,13 @@ class PackedTokens:
     read, in memory bounded by the group, and kept (up to 16384 groups): no pass over the
     corpus, ever.
 
+    Drawn ``sampler="cyclic"`` (the loader's default), each pass over the sequences takes
+    the groups in a fresh order keyed by the seed and reads ``lanes`` of them side by side:
+    a batch holds sequences of up to ``lanes`` groups, and each group is packed once a
+    pass, not once a sequence (a global permutation of sequences would pack a group for
+    nearly every sequence read). ``sampler="iid"`` or ``"sequential"`` draw sequences
+    from the whole stream as for any stream.
+
     A batch is ``{"tokens", "segment_ids", "positions"}``, each ``(n, seq_len)``:
     ``segment_ids`` number the document pieces of a row from 1 (0 is padding),
     ``positions`` count from 0 in each piece. For next-token prediction take inputs
@@ -168,59 +176,96 @@ class PackedTokens:
     [[1, 1, 1, 1, 1, 1, 2, 2], [1, 1, 1, 1, 1, 2, 2, 2]]
     """
 
-    def __init__(self, tokens: TokenDataset, seq_len: int, *, group: int = 32) -> None:
+    def __init__(
+        self, tokens: TokenDataset, seq_len: int, *, group: int = 32, lanes: int = 64
+    ) -> None:
         self.tokens = _check_tokens(tokens, "PackedTokens")
         self.seq_len = check_int("seq_len", seq_len, minimum=1)
         self.group = check_int("group", group, minimum=1, maximum=1 << 16)
+        self.lanes = check_int("lanes", lanes, minimum=1, maximum=_CACHED_GROUPS // 2)
         span = self.seq_len * self.group
         self._full, rest = divmod(tokens.num_tokens, span)
         self._tail = -(-rest // self.seq_len)  # sequences of the last, shorter group
         self._length = self._full * self.group + self._tail
         self._lock = threading.Lock()
         self._packed: OrderedDict[int, Packing] = OrderedDict()
+        self._busy: dict[int, threading.Event] = {}
 
     def __len__(self) -> int:
         return self._length
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        del state["_lock"], state["_packed"]
+        del state["_lock"], state["_packed"], state["_busy"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._packed = OrderedDict()
+        self._busy = {}
+
+    def order(self, seed: int, first: int, n: int) -> npt.NDArray[np.uint64]:
+        """Draws ``first .. first + n - 1`` of the passes keyed by ``seed`` (what
+        ``sampler="cyclic"`` reads): each pass takes the groups in a fresh order, ``lanes``
+        side by side (`chute.loader._sampler.lane_order`)."""
+        return lane_order(self._full, self.group, self._tail, self.lanes, seed, first, n)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What decides the sequences and their order, for a loader's saved state."""
+        return {"kind": "packed", "seq_len": self.seq_len, "group": self.group,
+                "lanes": self.lanes, "tokens": self.tokens.num_tokens}  # fmt: skip
 
     def packing(self, group: int) -> Packing:
         """How group ``group`` is packed (cached)."""
         return self._packings([group])[group]
 
     def _packings(self, groups: list[int]) -> dict[int, Packing]:
-        """The packings of ``groups``, those not cached packed now (outside the lock)."""
+        """The packings of ``groups``: cached, packed now (outside the lock), or awaited from
+        the thread packing it already (consecutive batches share their groups)."""
+        done: dict[int, Packing] = {}
+        mine: list[int] = []
+        theirs: list[tuple[int, threading.Event]] = []
         with self._lock:
-            found = {g: self._packed.get(g) for g in groups}
-            for g, packed in found.items():
+            for g in groups:
+                packed = self._packed.get(g)
                 if packed is not None:
                     self._packed.move_to_end(g)
-        span = self.seq_len * self.group
-        done: dict[int, Packing] = {}
-        for g, packed in found.items():
-            if packed is None:
-                start = g * span
-                stop = min(start + span, self.tokens.num_tokens)
-                bins = self.group if g < self._full else self._tail
-                end = self.tokens.num_tokens
-                starts = self.tokens.document_starts(start, min(stop + 1, end))
-                if stop == end:
-                    starts = np.append(starts, end)
-                packed = pack_group(start, stop, starts, self.seq_len, bins)
+                    done[g] = packed
+                elif g in self._busy:
+                    theirs.append((g, self._busy[g]))
+                else:
+                    self._busy[g] = threading.Event()
+                    mine.append(g)
+        for g in mine:
+            packed = None
+            try:
+                done[g] = packed = self._pack(g)
+            finally:
                 with self._lock:
-                    self._packed[g] = packed
-                    if len(self._packed) > _CACHED_GROUPS:
-                        self._packed.popitem(last=False)
-            done[g] = packed
+                    if packed is not None:
+                        self._packed[g] = packed
+                        if len(self._packed) > _CACHED_GROUPS:
+                            self._packed.popitem(last=False)
+                    self._busy.pop(g).set()
+        for g, event in theirs:
+            event.wait()
+            with self._lock:
+                found = self._packed.get(g)
+            done[g] = found if found is not None else self._pack(g)  # theirs failed: retry
         return done
+
+    def _pack(self, g: int) -> Packing:
+        span = self.seq_len * self.group
+        end = self.tokens.num_tokens
+        start = g * span
+        stop = min(start + span, end)
+        starts = self.tokens.document_starts(start, min(stop + 1, end))
+        if stop == end:
+            starts = np.append(starts, end)
+        return pack_group(
+            start, stop, starts, self.seq_len, self.group if g < self._full else self._tail
+        )
 
     def __getitems__(self, indices: npt.NDArray[Any]) -> Batch:
         rows = np.asarray(indices, np.int64).reshape(-1)
@@ -258,7 +303,7 @@ class PackedTokens:
     def __repr__(self) -> str:
         return (
             f"PackedTokens({self.tokens!r}, seq_len={self.seq_len}, group={self.group}, "
-            f"sequences={self._length})"
+            f"lanes={self.lanes}, sequences={self._length})"
         )
 
 
