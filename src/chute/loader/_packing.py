@@ -6,6 +6,7 @@ any process packs a group the same way and a resumed run reads the same sequence
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,44 +42,42 @@ def pack_group(
     ...           p.lengths[p.edges[b]:p.edges[b + 1]].tolist())) for b in range(2)]
     [[(3, 6), (9, 2)], [(11, 5), (0, 3)]]
     """
-    edges = np.unique(np.concatenate([[start, stop], document_starts])).astype(np.int64)
-    piece_start, piece_length = edges[:-1], np.diff(edges)
-    whole = piece_length // seq_len
-    rows: list[list[tuple[int, int]]] = [
-        [(s + k * seq_len, seq_len)]
-        for s, w in zip(piece_start.tolist(), whole.tolist(), strict=True)
-        for k in range(w)
-    ]
+    begins = set(document_starts.tolist())
+    marks = sorted({start, stop} | {b for b in begins if start < b < stop})
+    rows: list[list[tuple[int, int]]] = []
+    intact: list[tuple[int, int]] = []  # whole short documents: kept whole where they fit
+    rest: list[tuple[int, int]] = []  # parts of longer or cut documents: split freely
+    for a, b in itertools.pairwise(marks):
+        whole, tail = divmod(b - a, seq_len)
+        rows.extend([(a + k * seq_len, seq_len)] for k in range(whole))
+        if tail:
+            piece = (a + whole * seq_len, tail)
+            keep = whole == 0 and a in begins and (b in begins or b < stop)
+            (intact if keep else rest).append(piece)
     if len(rows) > bins:
         raise ValueError(f"{stop - start} tokens do not fit {bins} sequences of {seq_len}")
-    tails_start = piece_start + whole * seq_len
-    tails_length = piece_length - whole * seq_len
-    # a tail that is a whole document is kept whole where it fits; the others (parts of
-    # longer documents, or of one cut by the group's edges) are split freely to fill gaps
-    intact = (whole == 0) & np.isin(piece_start, document_starts)
-    intact &= np.isin(piece_start + piece_length, document_starts) | (edges[1:] < stop)
-    room = np.full(bins - len(rows), seq_len, np.int64)
-    placed: list[list[tuple[int, int]]] = [[] for _ in range(room.size)]
+    room = [seq_len] * (bins - len(rows))
+    placed: list[list[tuple[int, int]]] = [[] for _ in room]
+    open_bins = list(range(len(room)))
     left: list[tuple[int, int]] = []
-    order = np.lexsort((tails_start, -tails_length))  # longest first, then stream order
-    for k in order[intact[order]].tolist():
-        s, n = int(tails_start[k]), int(tails_length[k])
-        fits = np.flatnonzero(room >= n)
-        if fits.size:
-            placed[int(fits[0])].append((s, n))
-            room[fits[0]] -= n
+    for s, n in sorted(intact, key=lambda piece: (-piece[1], piece[0])):
+        for k, b in enumerate(open_bins):  # first fit
+            if room[b] >= n:
+                placed[b].append((s, n))
+                room[b] -= n
+                if room[b] == 0:
+                    del open_bins[k]
+                break
         else:
             left.append((s, n))
-    rest = [(int(tails_start[k]), int(tails_length[k]))
-            for k in np.flatnonzero(~intact & (tails_length > 0)).tolist()]  # fmt: skip
     b = 0
     for s, n in rest + left:  # split across the gaps, in order
         while n:
-            while b < room.size and room[b] == 0:
+            while b < len(room) and room[b] == 0:
                 b += 1
-            if b == room.size:
+            if b == len(room):
                 raise ValueError(f"{stop - start} tokens do not fit {bins} sequences")
-            take = min(n, int(room[b]))
+            take = min(n, room[b])
             placed[b].append((s, take))
             room[b] -= take
             s, n = s + take, n - take

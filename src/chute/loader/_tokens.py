@@ -285,17 +285,22 @@ class PackedTokens:
         chosen = ranges(lo, count)
         start = np.concatenate([p.starts for p in packs])[chosen]
         length = np.concatenate([p.lengths for p in packs])[chosen]
-        row = np.repeat(np.arange(n, dtype=np.int64), count)
-        before = np.cumsum(length) - length
-        row_first = np.repeat(before[np.cumsum(count) - count], count)
-        dest = row * width + before - row_first
         flat = self.tokens.read_spans(start, length)
+        before = np.cumsum(length) - length
+        if int(length.sum()) == n * width:  # no padding: the pieces tile the rows in order
+            ordinal = ranges(np.ones(n, np.int64), count).astype(np.int32)
+            segment_ids = np.repeat(ordinal, length)
+            positions = np.arange(n * width, dtype=np.int32) - np.repeat(
+                before.astype(np.int32), length
+            )
+            return {"tokens": flat.reshape(n, width),
+                    "segment_ids": segment_ids.reshape(n, width),
+                    "positions": positions.reshape(n, width)}  # fmt: skip
+        row = np.repeat(np.arange(n, dtype=np.int64), count)
+        dest = row * width + before - np.repeat(before[np.cumsum(count) - count], count)
+        out = np.zeros(n * width, self.tokens.dtype)
+        out[ranges(dest, length)] = flat
         fill = np.bincount(row, length, n).astype(np.int64)
-        if int(fill.sum()) == n * width:  # no padding: the pieces tile the rows in order
-            out = flat
-        else:
-            out = np.zeros(n * width, self.tokens.dtype)
-            out[ranges(dest, length)] = flat
         segment_ids, positions = _segments(n, width, fill, dest)
         return {"tokens": out.reshape(n, width), "segment_ids": segment_ids,
                 "positions": positions}  # fmt: skip
