@@ -11,7 +11,9 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-@pytest.mark.parametrize("name", ["train_resume.py", "train_val.py", "images_resume.py"])
+@pytest.mark.parametrize(
+    "name", ["train_resume.py", "train_val.py", "images_resume.py", "llm_tokens.py"]
+)
 def test_an_example_runs(name: str) -> None:
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=300
