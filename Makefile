@@ -120,6 +120,7 @@ bench:
 	$(BENCH)/python bench/scale.py --plot
 	$(BENCH)/python bench/remote.py --rounds 2
 	$(BENCH)/python bench/transforms.py --plot
+	$(BENCH)/python bench/tokens.py --plot
 
 clean:
 	rm -rf $(VENV) $(VENV_TF) .venv-3.* .venv-bench build dist site src/*.egg-info src/chute/_native/*.so
