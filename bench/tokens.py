@@ -98,8 +98,8 @@ def prepare(root: Path, tiny: bool) -> dict[str, Any]:
     _litdata_write(root / "all.lit", files, 0)
     for k, name in enumerate(SOURCES):
         _litdata_write(root / f"{name}.lit", parts[name], 256 * k)
-    return {"tokens": int(sum(p.stat().st_size for p in files)), "documents": len(files),
-            "sources": {n: int(sum(p.stat().st_size for p in parts[n])) for n in SOURCES}}  # fmt: skip
+    sizes = {n: int(sum(p.stat().st_size for p in parts[n])) for n in SOURCES}
+    return {"tokens": sum(sizes.values()), "documents": len(files), "sources": sizes}
 
 
 def _litdata_tokens(path: str, shift: int) -> Any:

@@ -182,3 +182,21 @@ def test_sources_must_gather_alike() -> None:
     with pytest.raises(ValueError, match="indices= restricts"):
         DataLoader({"x": mixture}, batch_size=4, indices=[0, 1])
     assert isinstance(mixture.sampler(4), MixSampler)
+
+
+def test_the_mixture_opens_no_files_of_its_own(tmp_path: Path) -> None:
+    import os
+
+    from chute import TokenDataset
+
+    for i in range(12):
+        write_tokens(tmp_path / str(i), [np.arange(300) % 97], dtype=np.uint16).close()
+    datasets = [TokenDataset(tmp_path / str(i)) for i in range(12)]
+    opened = len(os.listdir("/proc/self/fd"))
+    mixture = mix({str(i): TokenWindows(ds, 16) for i, ds in enumerate(datasets)}, [1] * 12)
+    with DataLoader(mixture, batch_size=24, num_threads=2) as loader:
+        for _ in range(30):
+            next(loader)
+        assert len(os.listdir("/proc/self/fd")) == opened
+    for ds in datasets:
+        ds.close()
