@@ -143,7 +143,15 @@ class Mixture:
     """Several streams as one, drawn by weight (see `mix`). A loader stream: position ``p``
     is record ``p - offsets[s]`` of source ``s``; a batch gathers each source's records in
     one call and puts them back in batch order, with ``"source"`` (each record's source
-    number) added where the sources gather dicts."""
+    number) added where the sources gather dicts.
+
+    >>> import numpy as np
+    >>> both = Mixture({"a": np.arange(3), "b": np.arange(10, 15)}, [1, 1])
+    >>> len(both), both.__getitems__(np.array([4, 0, 3])).tolist()
+    (8, [11, 0, 10])
+    >>> both.weights_at(0)
+    {'a': 0.5, 'b': 0.5}
+    """
 
     def __init__(
         self,
@@ -241,7 +249,15 @@ def _source_seed(seed: int, name: str) -> int:
 class MixSampler(StepSampler):
     """The batches of a `Mixture`: ``batch_size`` records a step, shared out by weight (see
     `chute.loader._mix`), each source drawn in its own order (``mode``: ``"cyclic"``, a
-    permutation of the source per pass; ``"sequential"``; ``"iid"``)."""
+    permutation of the source per pass; ``"sequential"``; ``"iid"``).
+
+    >>> import numpy as np
+    >>> sampler = mix({"a": np.arange(6), "b": np.arange(6)}, [3, 1]).sampler(4, seed=0)
+    >>> sampler.drawn(4 * 10)  # records of each source in the first 10 steps
+    {'a': 30, 'b': 10}
+    >>> (sampler.indices(7) >= 6).sum()  # one of every 4 from "b" (positions 6 and up)
+    np.int64(1)
+    """
 
     def __init__(
         self, mixture: Mixture, batch_size: int, *, seed: int = 0, mode: SamplerMode = "cyclic"
