@@ -281,9 +281,7 @@ def report(runs: dict[str, list[dict[str, float]]], facts: dict[str, Any], nonpa
     lines += [f"| {a} | {b} | {c} | {'yes' if d else 'no'} |" for a, b, c, d in checks]
     if longer is not None:
         lines += ["", f"Context, not a target: at seq_len {LONG} (batch {BATCH}) the mixture "
-                  f"runs at {longer:.2f}x one source: a batch's fixed costs (per source: one "
-                  "gather call, its header checks; per step: the shares) weigh less against "
-                  "four times the tokens."]  # fmt: skip
+                  f"runs at {longer:.2f}x one source."]  # fmt: skip
     return "\n".join(lines) + "\n", med
 
 

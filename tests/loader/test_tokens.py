@@ -257,12 +257,14 @@ def test_a_pass_of_packed_sequences_packs_each_group_once(corpus, monkeypatch) -
                         lambda start, *a: packs.append(start) or real(start, *a))  # fmt: skip
     n = len(packed)
     with DataLoader(packed, batch_size=6, seed=1) as loader:
-        first_pass = loader.sampler.indices(0)  # the sampler is the stream's own order
-        drawn = np.concatenate([loader.sampler.indices(s) for s in range(-(-2 * n // 6))])
-        for _ in range(-(-n // 6)):
-            next(loader)
-    assert first_pass.size == 6
+        sampler = loader.sampler  # the stream's own order
+        drawn = np.concatenate([sampler.indices(s) for s in range(-(-2 * n // 6))])
+        next(loader)
     one, two = drawn[:n], drawn[n : 2 * n]
+    fresh = PackedTokens(ds, seq_len=40, group=4, lanes=8)
+    packs.clear()
+    for k in range(0, n, 6):  # one pass, in the order the loader reads it
+        fresh.__getitems__(one[k : k + 6])
     assert sorted(one.tolist()) == list(range(n)) == sorted(two.tolist())
     assert not np.array_equal(one, two)  # a fresh order each pass
     assert len(packs) == len(set(packs)) == -(-n // 4)  # every group packed once in the pass

@@ -34,7 +34,15 @@ from chute.datasets._view import StoreView
 from chute.errors import CorruptStoreError, RecordIndexError, StoreKindError
 from chute.store._internal import MAX_RECORD
 
-__all__ = ["HEADER", "MAGIC", "TOKEN_DTYPES", "TokenDataset", "max_record_tokens", "ranges"]
+__all__ = [
+    "HEADER",
+    "MAGIC",
+    "TOKEN_DTYPES",
+    "TokenDataset",
+    "join",
+    "max_record_tokens",
+    "ranges",
+]
 
 MAGIC = b"CTOK"
 VERSION = 1
@@ -72,6 +80,22 @@ def ranges(starts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]) -> npt.
     total = int(counts.sum())
     before = np.cumsum(counts) - counts
     return np.repeat(starts - before, counts) + np.arange(total, dtype=np.int64)
+
+
+def join(
+    values: npt.NDArray[Any], starts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
+) -> npt.NDArray[Any]:
+    """``values[starts[k]:starts[k] + counts[k]]`` for each k, end to end: slices joined
+    where the pieces are long (a copy each), one index array where they are short.
+
+    >>> join(np.arange(10), np.array([7, 1]), np.array([3, 2])).tolist()
+    [7, 8, 9, 1, 2]
+    """
+    if starts.size and int(counts.sum()) >= 32 * starts.size:
+        return np.concatenate(
+            [values[a : a + n] for a, n in zip(starts.tolist(), counts.tolist(), strict=True)]
+        )
+    return values[ranges(starts, counts)]
 
 
 class _Records:
@@ -300,7 +324,7 @@ class TokenDataset(StoreView):
         at = got.token_at if where is None else got.token_at[where]
         source = (at + (piece_lo - base)).astype(np.int64, copy=False)
         begins = got.every_start(size) if documents else np.empty(0, np.int64)
-        return got.tokens[ranges(source, piece_hi - piece_lo)], begins
+        return join(got.tokens, source, piece_hi - piece_lo), begins
 
     def tokens(self, start: int, stop: int) -> npt.NDArray[Any]:
         """Tokens ``start:stop`` of the whole stream (a copy)."""

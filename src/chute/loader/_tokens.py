@@ -15,23 +15,31 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from chute._util.checks import check_int
 from chute.datasets import TokenDataset
-from chute.datasets._tokens import ranges
+from chute.datasets._tokens import join, ranges
 from chute.loader._packing import Packing, pack_group
 from chute.loader._sampler import lane_order
 from chute.loader._streams import Batch
 
 __all__ = ["PackedTokens", "TokenWindows", "varlen"]
 
-#: Packings kept per stream (a few hundred bytes each): enough for every group of a corpus of
-#: a few billion tokens, and a bounded memory for any larger one.
-_CACHED_GROUPS = 1 << 14
+#: The most lanes a packed stream reads side by side (each keeps its group's sequences).
+_MOST_LANES = 4096
+
+
+class _Group(NamedTuple):
+    """A packed group: how it is packed, and its sequences laid out."""
+
+    packing: Packing
+    tokens: npt.NDArray[Any]
+    segment_ids: npt.NDArray[np.int32]
+    positions: npt.NDArray[np.int32]
 
 
 def _check_tokens(tokens: object, what: str) -> TokenDataset:
@@ -147,16 +155,17 @@ class PackedTokens:
     the remainders are packed first-fit-decreasing into the group's other sequences, the
     few that fit nowhere whole being split to fill the gaps. Every group but the last is
     filled exactly (no padding); only documents longer than ``seq_len``, those crossing a
-    group's edge and the few used to fill gaps are split. A group is packed when first
-    read, in memory bounded by the group, and kept (up to 16384 groups): no pass over the
-    corpus, ever.
+    group's edge and the few used to fill gaps are split. A group is read (tokens and
+    document starts in one gather), packed and laid out when first asked for, in memory
+    bounded by the group: no pass over the corpus, ever. The last ``2 * lanes`` groups are
+    kept (``group * seq_len * 10`` bytes each: tokens, ids, positions).
 
     Drawn ``sampler="cyclic"`` (the loader's default), each pass over the sequences takes
     the groups in a fresh order keyed by the seed and reads ``lanes`` of them side by side:
-    a batch holds sequences of up to ``lanes`` groups, and each group is packed once a
-    pass, not once a sequence (a global permutation of sequences would pack a group for
-    nearly every sequence read). ``sampler="iid"`` or ``"sequential"`` draw sequences
-    from the whole stream as for any stream.
+    a batch holds sequences of up to ``lanes`` groups, and each group is read and packed
+    once a pass, its sequences then served from memory. ``sampler="iid"`` or
+    ``"sequential"`` draw sequences from the whole stream as for any stream, at the cost
+    of a group read for nearly every sequence.
 
     A batch is ``{"tokens", "segment_ids", "positions"}``, each ``(n, seq_len)``:
     ``segment_ids`` number the document pieces of a row from 1 (0 is padding),
@@ -182,13 +191,14 @@ class PackedTokens:
         self.tokens = _check_tokens(tokens, "PackedTokens")
         self.seq_len = check_int("seq_len", seq_len, minimum=1)
         self.group = check_int("group", group, minimum=1, maximum=1 << 16)
-        self.lanes = check_int("lanes", lanes, minimum=1, maximum=_CACHED_GROUPS // 2)
+        self.lanes = check_int("lanes", lanes, minimum=1, maximum=_MOST_LANES)
         span = self.seq_len * self.group
         self._full, rest = divmod(tokens.num_tokens, span)
         self._tail = -(-rest // self.seq_len)  # sequences of the last, shorter group
         self._length = self._full * self.group + self._tail
+        self._kept = 2 * self.lanes  # a block of lanes being read, and the next one starting
         self._lock = threading.Lock()
-        self._packed: OrderedDict[int, Packing] = OrderedDict()
+        self._packed: OrderedDict[int, _Group] = OrderedDict()
         self._busy: dict[int, threading.Event] = {}
 
     def __len__(self) -> int:
@@ -217,13 +227,13 @@ class PackedTokens:
                 "lanes": self.lanes, "tokens": self.tokens.num_tokens}  # fmt: skip
 
     def packing(self, group: int) -> Packing:
-        """How group ``group`` is packed (cached)."""
-        return self._packings([group])[group]
+        """How group ``group`` is packed."""
+        return self._groups([group])[group].packing
 
-    def _packings(self, groups: list[int]) -> dict[int, Packing]:
-        """The packings of ``groups``: cached, packed now (outside the lock), or awaited from
-        the thread packing it already (consecutive batches share their groups)."""
-        done: dict[int, Packing] = {}
+    def _groups(self, groups: list[int]) -> dict[int, _Group]:
+        """The packed sequences of ``groups``: kept, packed now (outside the lock), or
+        awaited from the thread packing them already (consecutive batches share groups)."""
+        done: dict[int, _Group] = {}
         mine: list[int] = []
         theirs: list[tuple[int, threading.Event]] = []
         with self._lock:
@@ -245,7 +255,7 @@ class PackedTokens:
                 with self._lock:
                     if packed is not None:
                         self._packed[g] = packed
-                        if len(self._packed) > _CACHED_GROUPS:
+                        while len(self._packed) > self._kept:
                             self._packed.popitem(last=False)
                     self._busy.pop(g).set()
         for g, event in theirs:
@@ -255,55 +265,55 @@ class PackedTokens:
             done[g] = found if found is not None else self._pack(g)  # theirs failed: retry
         return done
 
-    def _pack(self, g: int) -> Packing:
-        span = self.seq_len * self.group
-        end = self.tokens.num_tokens
+    def _pack(self, g: int) -> _Group:
+        """Group ``g`` read once (its tokens and document starts from one gather), packed,
+        and laid out as its sequences."""
+        span, width, end = self.seq_len * self.group, self.seq_len, self.tokens.num_tokens
         start = g * span
         stop = min(start + span, end)
-        starts = self.tokens.document_starts(start, min(stop + 1, end))
+        reach = min(stop + 1, end)  # a document starting at ``stop`` ends the last piece
+        tokens, begins = self.tokens.read_spans_documents([start], [reach - start])
+        begins = begins[(begins >= start) & (begins <= stop)]
         if stop == end:
-            starts = np.append(starts, end)
-        return pack_group(
-            start, stop, starts, self.seq_len, self.group if g < self._full else self._tail
-        )
+            begins = np.append(begins, end)
+        bins = self.group if g < self._full else self._tail
+        packing = pack_group(start, stop, begins, width, bins)
+        count = np.diff(packing.edges)
+        length = packing.lengths
+        flat = join(tokens, packing.starts - start, length)
+        before = np.cumsum(length) - length
+        if int(length.sum()) == bins * width:  # no padding: the pieces tile the rows in order
+            ordinal = ranges(np.ones(bins, np.int64), count).astype(np.int32)
+            segment_ids = np.repeat(ordinal, length).reshape(bins, width)
+            positions = np.arange(bins * width, dtype=np.int32) - np.repeat(
+                before.astype(np.int32), length
+            )
+            return _Group(packing, flat.reshape(bins, width), segment_ids,
+                          positions.reshape(bins, width))  # fmt: skip
+        row = np.repeat(np.arange(bins, dtype=np.int64), count)
+        dest = row * width + before - np.repeat(before[np.cumsum(count) - count], count)
+        out = np.zeros(bins * width, tokens.dtype)
+        out[ranges(dest, length)] = flat
+        fill = np.bincount(row, length, bins).astype(np.int64)
+        segment_ids, positions = _segments(bins, width, fill, dest)
+        return _Group(packing, out.reshape(bins, width), segment_ids, positions)
 
     def __getitems__(self, indices: npt.NDArray[Any]) -> Batch:
         rows = np.asarray(indices, np.int64).reshape(-1)
         if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self._length):
             raise IndexError(f"a sequence outside [0, {self._length})")
-        n, width = rows.size, self.seq_len
+        if rows.size == 0:
+            empty = np.empty((0, self.seq_len), np.int32)
+            return {"tokens": empty.astype(self.tokens.dtype), "segment_ids": empty,
+                    "positions": empty}  # fmt: skip
         groups, bins = np.divmod(rows, self.group)
-        unique, which = np.unique(groups, return_inverse=True)
-        found = self._packings(unique.tolist())
-        packs = [found[g] for g in unique.tolist()]
-        rows_of = [found[g].edges for g in groups.tolist()]
-        lo = np.array([e[b] for e, b in zip(rows_of, bins.tolist(), strict=True)], np.int64)
-        hi = np.array([e[b + 1] for e, b in zip(rows_of, bins.tolist(), strict=True)], np.int64)
-        pieces = np.array([p.starts.size for p in packs], np.int64)
-        base = (np.cumsum(pieces) - pieces)[which]
-        lo, count = lo + base, hi - lo
-        chosen = ranges(lo, count)
-        start = np.concatenate([p.starts for p in packs])[chosen]
-        length = np.concatenate([p.lengths for p in packs])[chosen]
-        flat = self.tokens.read_spans(start, length)
-        before = np.cumsum(length) - length
-        if int(length.sum()) == n * width:  # no padding: the pieces tile the rows in order
-            ordinal = ranges(np.ones(n, np.int64), count).astype(np.int32)
-            segment_ids = np.repeat(ordinal, length)
-            positions = np.arange(n * width, dtype=np.int32) - np.repeat(
-                before.astype(np.int32), length
-            )
-            return {"tokens": flat.reshape(n, width),
-                    "segment_ids": segment_ids.reshape(n, width),
-                    "positions": positions.reshape(n, width)}  # fmt: skip
-        row = np.repeat(np.arange(n, dtype=np.int64), count)
-        dest = row * width + before - np.repeat(before[np.cumsum(count) - count], count)
-        out = np.zeros(n * width, self.tokens.dtype)
-        out[ranges(dest, length)] = flat
-        fill = np.bincount(row, length, n).astype(np.int64)
-        segment_ids, positions = _segments(n, width, fill, dest)
-        return {"tokens": out.reshape(n, width), "segment_ids": segment_ids,
-                "positions": positions}  # fmt: skip
+        found = self._groups(np.unique(groups).tolist())
+        picked = [(found[g], b) for g, b in zip(groups.tolist(), bins.tolist(), strict=True)]
+        return {
+            "tokens": np.stack([p.tokens[b] for p, b in picked]),
+            "segment_ids": np.stack([p.segment_ids[b] for p, b in picked]),
+            "positions": np.stack([p.positions[b] for p, b in picked]),
+        }
 
     def __repr__(self) -> str:
         return (
