@@ -63,6 +63,7 @@ HEADER = np.dtype(
 TOKEN_DTYPES: dict[int, np.dtype[Any]] = {1: np.dtype("<u2"), 2: np.dtype("<u4")}
 """The token dtypes a record may hold, by their code in the header."""
 _START = np.dtype("<u4")
+_HIGH, _LOW = np.uint64(32), np.uint64(0xFFFFFFFF)
 
 
 def max_record_tokens(dtype: np.dtype[Any]) -> int:
@@ -189,6 +190,11 @@ class TokenDataset(StoreView):
         if not 1 <= self._last_tokens <= self._record_tokens:
             self._damaged(n - 1, f"{self._last_tokens} tokens")
         self._num_tokens = (n - 1) * self._record_tokens + self._last_tokens
+        size = self._record_tokens
+        self._whole = np.uint64(size | size << 32)  # header word 1 of a whole record
+        self._tail_word = np.uint64(size | self._last_tokens << 32)  # and of the last one
+        self._head_bytes = HEADER.itemsize
+        self._itemsize = self._token_dtype.itemsize
 
     def _damaged(self, record: Any, what: str) -> None:
         raise CorruptStoreError(
@@ -205,19 +211,20 @@ class TokenDataset(StoreView):
         """Every header (as its four little-endian words) says what record ``records[k]``
         of this dataset must say; each record's token and document-start counts."""
         size = self._record_tokens
-        tokens = (words[:, 1] >> np.uint64(32)).astype(np.int64)
-        starts = (words[:, 2] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        want = np.where(records == self._records - 1, self._last_tokens, size)
+        tokens = (words[:, 1] >> _HIGH).astype(np.int64)
+        starts = (words[:, 2] & _LOW).astype(np.int64)
+        want = np.full(records.size, self._whole, np.uint64)  # record_tokens, and the count
+        if self._records - 1 in records:
+            want[records == self._records - 1] = self._tail_word
         fine = (
-            (words[:, 0] == self._word0)
-            & ((words[:, 1] & np.uint64(0xFFFFFFFF)) == size)
-            & (words[:, 3] == records.astype(np.uint64) * np.uint64(size))
-            & (tokens == want)
-            & (lengths == HEADER.itemsize + tokens * self._token_dtype.itemsize + 4 * starts)
-            & (starts <= tokens)
-            & ((words[:, 2] >> np.uint64(32)) == 0)
+            bool((words[:, 0] == self._word0).all())
+            and bool((words[:, 1] == want).all())
+            and bool((words[:, 3] == records.astype(np.uint64) * np.uint64(size)).all())
+            and not (words[:, 2] >> _HIGH).any()
+            and bool((lengths == self._head_bytes + tokens * self._itemsize + 4 * starts).all())
+            and bool((starts <= tokens).all())
         )
-        if not fine.all():
+        if not fine:
             self._explain(records, words.reshape(-1).view(HEADER), lengths)
         return tokens, starts
 
