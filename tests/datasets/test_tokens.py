@@ -216,3 +216,27 @@ def test_damaged_document_starts_are_reported(tmp_path: Path) -> None:
         pytest.raises(CorruptStoreError, match="document starts"),
     ):
         ds.document_starts(0, ds.num_tokens)
+
+
+def test_an_unfinished_write_is_reported(tmp_path: Path) -> None:
+    """A single store commits records as they come: a writer killed part way leaves a
+    prefix, whose last record lacks the end-of-stream flag; so do records added after it."""
+    from chute.errors import IncompleteDatasetError
+
+    for name, change in (("cut", lambda r: r[:-1]), ("grown", lambda r: [*r, r[1]])):
+        (tmp_path / name).mkdir()
+        with pytest.raises(IncompleteDatasetError, match="did not finish"):
+            TokenDataset(_rewritten(tmp_path / name, change))
+
+
+def test_spans_refuse_what_is_not_an_offset(tmp_path: Path) -> None:
+    with write_tokens(tmp_path / "c", [[1, 2, 3]], dtype=np.uint16) as ds:
+        with pytest.raises(TypeError, match="integers"):
+            ds.read_spans([0.5], [1])
+        with pytest.raises(TypeError, match="integers"):
+            ds.read_spans([True], [1])
+        with pytest.raises(RecordIndexError):
+            ds.read_spans([2**62], [2**62])
+        with pytest.raises(RecordIndexError):
+            ds.read_spans(np.array([2**64 - 1], np.uint64), [1])
+        assert ds.read_spans(np.array([1], np.uint32), [2]).tolist() == [2, 3]

@@ -271,3 +271,16 @@ def test_a_pass_of_packed_sequences_packs_each_group_once(corpus, monkeypatch) -
     groups = one[: (n // 4 // 8) * 32] // 4  # whole blocks of 8 lanes
     for k in range(0, groups.size - 8, 8):
         assert len(set(groups[k : k + 8].tolist())) == 8  # 8 draws in a row: 8 groups
+
+
+@pytest.mark.parametrize("kind", ["windows", "packed"])
+def test_the_last_steps_can_be_read(corpus, kind: str) -> None:
+    ds, _ = corpus
+    stream = TokenWindows(ds, 32) if kind == "windows" else PackedTokens(ds, 32, group=4)
+    with DataLoader(stream, batch_size=8, seed=2**64 - 1, start_step=2**64 - 3) as loader:
+        first, second = next(loader), next(loader)
+        assert (
+            first["tokens"].shape == second["tokens"].shape == (8, 33 if kind == "windows" else 32)
+        )
+        with pytest.raises(StopIteration):
+            next(loader)

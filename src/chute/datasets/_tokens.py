@@ -11,8 +11,9 @@ The records are bytes records of an ordinary dataset (one store or sharded, on l
 in object storage), each laid out as
 
 * a 32-byte little-endian header (`HEADER`): ``b"CTOK"``, the layout version, the token
-  dtype's code, ``record_tokens``, this record's token count, its count of document starts,
-  and the stream offset of its first token;
+  dtype's code, flags (`FINAL` on the stream's last record only), ``record_tokens``, this
+  record's token count, its count of document starts, and the stream offset of its first
+  token;
 * its tokens (``uint16`` or ``uint32``, little-endian);
 * the offsets, within the record, of the documents that begin in it (``uint32``, rising).
 
@@ -31,10 +32,16 @@ import numpy.typing as npt
 from chute._util.checks import check_int
 from chute.datasets._bytes import _BYTES
 from chute.datasets._view import StoreView
-from chute.errors import CorruptStoreError, RecordIndexError, StoreKindError
+from chute.errors import (
+    CorruptStoreError,
+    IncompleteDatasetError,
+    RecordIndexError,
+    StoreKindError,
+)
 from chute.store._internal import MAX_RECORD
 
 __all__ = [
+    "FINAL",
     "HEADER",
     "MAGIC",
     "TOKEN_DTYPES",
@@ -51,7 +58,7 @@ HEADER = np.dtype(
         ("magic", "S4"),
         ("version", "u1"),
         ("dtype", "u1"),
-        ("reserved", "<u2"),
+        ("flags", "<u2"),
         ("record_tokens", "<u4"),
         ("tokens", "<u4"),
         ("starts", "<u4"),
@@ -60,6 +67,9 @@ HEADER = np.dtype(
     ]
 )
 """A token record's header; its size (32 bytes) keeps the tokens after it aligned."""
+FINAL = 1
+"""The flag of the stream's last record: a store without it at its end is a write that did
+not finish (a single store commits its records as they come)."""
 TOKEN_DTYPES: dict[int, np.dtype[Any]] = {1: np.dtype("<u2"), 2: np.dtype("<u4")}
 """The token dtypes a record may hold, by their code in the header."""
 _START = np.dtype("<u4")
@@ -97,6 +107,16 @@ def join(
             [values[a : a + n] for a, n in zip(starts.tolist(), counts.tolist(), strict=True)]
         )
     return values[ranges(starts, counts)]
+
+
+def _offsets(values: npt.ArrayLike, what: str) -> npt.NDArray[np.int64]:
+    """Integer offsets as a flat int64 array; anything else (floats, bools) refused."""
+    array = np.asarray(values)
+    if array.size and (array.dtype.kind not in "iu" or array.dtype == np.bool_):
+        raise TypeError(f"{what} must be integers, got {array.dtype}")
+    if array.dtype == np.uint64 and array.size and int(array.max()) > np.iinfo(np.int64).max:
+        raise RecordIndexError(f"{what} past any stream: {int(array.max())}")
+    return array.astype(np.int64, copy=False).reshape(-1)
 
 
 class _Records:
@@ -180,12 +200,19 @@ class TokenDataset(StoreView):
         self._token_dtype = TOKEN_DTYPES[code]
         self._code = code
         self._word0 = np.uint64(int.from_bytes(MAGIC + bytes([VERSION, code, 0, 0]), "little"))
+        self._word0_last = self._word0 | np.uint64(FINAL << 48)
         self._record_tokens = int(head["record_tokens"])
         if not 1 <= self._record_tokens <= max_record_tokens(self._token_dtype):
             self._damaged(0, f"record_tokens {self._record_tokens}")
         self._records = n
         last = int(offsets[-2])
         tail = values[last : last + HEADER.itemsize].view(HEADER)[0]
+        if not int(tail["flags"]) & FINAL:
+            raise IncompleteDatasetError(
+                f"{self._path}: its last record does not end the token stream: the write of "
+                "this token dataset did not finish (or records were added after it); write it "
+                "again with overwrite=True"
+            )
         self._last_tokens = int(tail["tokens"])
         if not 1 <= self._last_tokens <= self._record_tokens:
             self._damaged(n - 1, f"{self._last_tokens} tokens")
@@ -214,10 +241,13 @@ class TokenDataset(StoreView):
         tokens = (words[:, 1] >> _HIGH).astype(np.int64)
         starts = (words[:, 2] & _LOW).astype(np.int64)
         want = np.full(records.size, self._whole, np.uint64)  # record_tokens, and the count
+        first = np.full(records.size, self._word0, np.uint64)  # magic, version, dtype, flags
         if self._records - 1 in records:
-            want[records == self._records - 1] = self._tail_word
+            last = records == self._records - 1
+            want[last] = self._tail_word
+            first[last] = self._word0_last
         fine = (
-            bool((words[:, 0] == self._word0).all())
+            bool((words[:, 0] == first).all())
             and bool((words[:, 1] == want).all())
             and bool((words[:, 3] == records.astype(np.uint64) * np.uint64(size)).all())
             and not (words[:, 2] >> _HIGH).any()
@@ -240,6 +270,10 @@ class TokenDataset(StoreView):
             (heads["magic"] != MAGIC, "no token header"),
             (heads["version"] != VERSION, "another layout version"),
             (heads["dtype"] != self._code, "another token dtype"),
+            (
+                heads["flags"] != np.where(records == self._records - 1, FINAL, 0),
+                "the stream's end marked elsewhere",
+            ),
             (heads["record_tokens"] != size, "another record size"),
             (heads["first"] != records.astype(np.uint64) * np.uint64(size), "another offset"),
             (tokens != want, "another token count"),
@@ -299,17 +333,24 @@ class TokenDataset(StoreView):
     def _spans(
         self, starts: npt.ArrayLike, lengths: npt.ArrayLike, *, documents: bool
     ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
-        lo = np.asarray(starts, np.int64).reshape(-1)
-        count = np.asarray(lengths, np.int64).reshape(-1)
+        lo, count = _offsets(starts, "span starts"), _offsets(lengths, "span lengths")
         if lo.shape != count.shape:
             raise ValueError(f"{lo.size} span starts but {count.size} lengths")
         if lo.size == 0:
             return np.empty(0, self._token_dtype), np.empty(0, np.int64)
-        hi = lo + count
-        if (count < 0).any() or (lo < 0).any() or int(hi.max()) > self._num_tokens:
+        end = self._num_tokens
+        if (
+            int(lo.min()) < 0
+            or int(count.min()) < 0
+            or int(lo.max()) > end
+            or (int(count.max()) > end)
+        ):
             raise RecordIndexError(
-                f"a span outside the stream's {self._num_tokens} tokens (or of negative length)"
+                f"a span outside the stream's {end} tokens (or of negative length)"
             )
+        hi = lo + count  # both within the stream: no overflow
+        if int(hi.max()) > end:
+            raise RecordIndexError(f"a span past the end of the stream's {end} tokens")
         keep = count > 0
         lo, hi = lo[keep], hi[keep]
         size = self._record_tokens

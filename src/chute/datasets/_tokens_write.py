@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._util.checks import check_int
-from chute.datasets._tokens import HEADER, MAGIC, TOKEN_DTYPES, VERSION, TokenDataset
+from chute.datasets._tokens import FINAL, HEADER, MAGIC, TOKEN_DTYPES, VERSION, TokenDataset
 from chute.datasets._tokens import max_record_tokens as _most
 from chute.datasets._writers import write_ragged
 
@@ -82,8 +82,9 @@ class _Cutter:
             if self.fill == self.size and at < doc.size:
                 yield self.cut()
 
-    def cut(self) -> npt.NDArray[np.uint8]:
+    def cut(self, final: bool = False) -> npt.NDArray[np.uint8]:
         head = np.zeros(1, HEADER)
+        head["flags"] = FINAL if final else 0
         head["magic"] = MAGIC
         head["version"] = VERSION
         head["dtype"] = _CODES[self.dtype]
@@ -130,7 +131,7 @@ def _records(
     yield from cutter.add(head.astype(kind, copy=False))
     for number, doc in enumerate(docs, start=1):
         yield from cutter.add(_document(doc, number, kind))
-    yield cutter.cut()
+    yield cutter.cut(final=True)
 
 
 def write_tokens(

@@ -311,7 +311,7 @@ class MixSampler(StepSampler):
             return np.asarray(source.order(self._seeds[s], first, n), np.uint64)
         block = length if self._code == sampler_codes.MODE_CYCLIC else _IID_BLOCK
         if self._code == sampler_codes.MODE_SEQUENTIAL:
-            return ((first + np.arange(n, dtype=np.uint64)) % np.uint64(length)).astype(np.uint64)
+            return (np.arange(n, dtype=np.uint64) + np.uint64(first % length)) % np.uint64(length)
         out = np.empty(n, np.uint64)
         done = 0
         while done < n:
