@@ -240,3 +240,45 @@ def test_spans_refuse_what_is_not_an_offset(tmp_path: Path) -> None:
         with pytest.raises(RecordIndexError):
             ds.read_spans(np.array([2**64 - 1], np.uint64), [1])
         assert ds.read_spans(np.array([1], np.uint32), [2]).tolist() == [2, 3]
+
+
+_KILLED_WRITER = """
+import sys, time, numpy as np, chute
+def docs():
+    for _ in range(40):  # 80 MiB of tokens: past the first commit of 64 MiB
+        yield np.arange(1 << 20, dtype=np.uint16)
+    time.sleep(600)  # the rest never comes: the parent kills us here
+    yield np.arange(3, dtype=np.uint16)
+chute.write_tokens(sys.argv[1], docs(), progress=False)
+"""
+
+
+def test_a_writer_killed_part_way_leaves_an_incomplete_dataset(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from chute.errors import IncompleteDatasetError
+
+    path = tmp_path / "c"
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(path)])
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # until the first commit is readable
+            try:
+                with BytesDataset(path) as raw:
+                    if len(raw):
+                        break
+            except Exception:
+                pass
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        with pytest.raises(IncompleteDatasetError, match="did not finish"):
+            TokenDataset(path)  # while the write runs: not yet a stream
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    with pytest.raises(IncompleteDatasetError, match="did not finish"):
+        TokenDataset(path)  # and after its writer died: never a shorter corpus
+    write_tokens(path, [[1, 2]], dtype=np.uint16, overwrite=True).close()  # its lock died with it

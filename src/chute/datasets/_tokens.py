@@ -180,7 +180,10 @@ class TokenDataset(StoreView):
             raise StoreKindError(f"{self._path} holds {self._schema.describe()}, not token records")
         n = len(self._store)
         if n == 0:
-            raise StoreKindError(f"{self._path} holds no records: not a token dataset")
+            raise IncompleteDatasetError(
+                f"{self._path} holds no records: a token dataset whose write did not finish "
+                "(or is still running), or an empty bytes dataset"
+            )
         self._lock = threading.Lock()
         self._documents: npt.NDArray[np.int64] | None = None  # documents before each record
         ends = np.unique(np.array([0, n - 1], np.int64))
