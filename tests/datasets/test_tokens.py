@@ -104,6 +104,10 @@ def test_in_object_storage(s3_server: str) -> None:
         _check_all(ds, docs)
     with TokenDataset(url, **options(s3_server)) as again:
         assert np.array_equal(again[50], docs[50])
+        windows = chute.TokenWindows(again, 64)
+        rows = windows.__getitems__(np.arange(len(windows), dtype=np.uint64))["tokens"]
+        stream = np.concatenate(docs)
+        assert all(np.array_equal(r, stream[w * 64 : w * 64 + 65]) for w, r in enumerate(rows))
 
 
 @pytest.mark.parametrize(

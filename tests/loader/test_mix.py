@@ -200,3 +200,19 @@ def test_the_mixture_opens_no_files_of_its_own(tmp_path: Path) -> None:
         assert len(os.listdir("/proc/self/fd")) == opened
     for ds in datasets:
         ds.close()
+
+
+def test_a_mixture_in_worker_processes_is_the_same(tmp_path: Path) -> None:
+    from chute import PackedTokens
+
+    rng = np.random.default_rng(1)
+    sources = {}
+    for name in ("a", "b"):
+        docs = [rng.integers(0, 999, int(rng.integers(5, 90))).astype(np.uint16) for _ in range(60)]
+        sources[name] = PackedTokens(write_tokens(tmp_path / name, docs), 24, group=4, lanes=4)
+    mixture = mix(sources, [2, 1], schedule={3: [1, 2]})
+    runs = []
+    for workers in (0, 2):
+        with DataLoader(mixture, batch_size=9, seed=4, workers=workers) as loader:
+            runs.append([next(loader) for _ in range(6)])
+    assert all(np.array_equal(x[k], y[k]) for x, y in zip(*runs, strict=True) for k in x)

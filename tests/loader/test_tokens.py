@@ -284,3 +284,16 @@ def test_the_last_steps_can_be_read(corpus, kind: str) -> None:
         )
         with pytest.raises(StopIteration):
             next(loader)
+
+
+def test_packing_from_many_threads_at_once(corpus) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    ds, _ = corpus
+    rng = np.random.default_rng(3)
+    asks = [rng.integers(0, 600, 24).astype(np.uint64) for _ in range(64)]
+    want = [PackedTokens(ds, 48, group=4, lanes=2).__getitems__(a) for a in asks]
+    shared = PackedTokens(ds, 48, group=4, lanes=2)  # a small cache: packs evicted and redone
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(shared.__getitems__, asks))
+    assert all(np.array_equal(g[k], w[k]) for g, w in zip(got, want, strict=True) for k in w)
