@@ -141,6 +141,9 @@ CONDITIONS = {
     "zip without plattli.json": lambda lib, p: lib.Reader(_zip_without_manifest(p)).metrics(),
     "float into an int metric": lambda lib, p: _mix(lib, p, 1, 1.5),
     "string into a float metric": lambda lib, p: _mix(lib, p, 1.5, "x"),
+    "a list into a float metric": lambda lib, p: _mix(lib, p, 1.5, [1.0, 2.0]),
+    "an int past 64 bits": lambda lib, p: _mix(lib, p, 1, 2**70),
+    "an archive that is not a zip": lambda lib, p: lib.Reader(_junk_archive(p)),
 }
 if torch is not None:
     CONDITIONS["non-scalar tensor"] = lambda lib, p: lib.DirectWriter(p, step=0).write(
@@ -159,6 +162,12 @@ def _mix(lib, path, first, second):
     w.write(a=first)
     w.end_step()
     w.write(a=second)
+
+
+def _junk_archive(path):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "metrics.plattli").write_bytes(b"not a zip")
+    return path
 
 
 def _zip_without_manifest(path):

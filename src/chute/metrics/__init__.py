@@ -6,7 +6,9 @@ live or finished runs, folders or `metrics.plattli` archives.
 """
 
 from chute.errors import (
+    BadArchiveError,
     CorruptRunError,
+    MetricValueError,
     MetricWrittenTwiceError,
     RunFileMissingError,
     RunFinalizedError,
@@ -23,10 +25,12 @@ from ._reader import Reader
 from ._source import is_run, is_run_dir, resolve_run_dir
 
 __all__ = [
+    "BadArchiveError",
     "BulkWriter",
     "CompactingWriter",
     "CorruptRunError",
     "DirectWriter",
+    "MetricValueError",
     "MetricWrittenTwiceError",
     "Reader",
     "RunFileMissingError",

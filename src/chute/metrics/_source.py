@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from chute._util.safe_open import Folder, open_regular
-from chute.errors import CorruptRunError, RunFileMissingError, UnsafeFileError
+from chute.errors import BadArchiveError, RunFileMissingError, UnsafeFileError
 
 from . import _format as F
 
@@ -172,7 +172,7 @@ class ZipSource(Source):
             self._members = self._locate()
         except (zipfile.BadZipFile, struct.error, ValueError) as e:
             self._file.close()
-            raise CorruptRunError(f"{path} is not a readable zip archive: {e}", path=path) from None
+            raise BadArchiveError(f"{path} is not a readable zip archive: {e}", path=path) from None
         except BaseException:
             self._file.close()
             raise

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from chute.errors import MetricWrittenTwiceError, StepOrderError
+from chute.errors import MetricValueError, MetricWrittenTwiceError, StepOrderError
 
 from . import _config
 from . import _format as F
@@ -102,7 +102,7 @@ class Schema:
                 else:
                     code = resolve(meta.code, val, meta.lo, meta.hi)
             except (TypeError, ValueError, OverflowError) as e:
-                raise type(e)(f"metric {name!r} at step {step}: {e}") from None
+                raise MetricValueError(f"metric {name!r} at step {step}: {e}") from None
             out.append((name, val, code))
         return out
 
