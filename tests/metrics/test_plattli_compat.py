@@ -5,6 +5,7 @@ Where chute deliberately differs, the test pins both behaviours (docs/coming-fro
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -571,3 +572,47 @@ def test_monotonic_flags_match_plattli_on_random_columns(tmp_path_factory, value
 
     ref, ours = _both(tmp_path_factory.mktemp("mono"), run)
     assert ours == ref
+
+
+def test_layout_a_range_is_a_segment_and_a_single_row_a_closed_one(tmp_path):
+    """The on-disk difference docs/coming-from-plattli.md lists, pinned on both sides."""
+
+    def write(lib, path, finish):
+        w = lib.DirectWriter(path, step=0)
+        for s in range(10):
+            w.write(loss=np.float32(s))
+            if s % 3 == 0:
+                w.write(acc=np.float32(s))
+            if s == 4:
+                w.write(once=np.float32(1))
+            if s in (1, 2, 7):
+                w.write(irregular=np.float32(s))
+            w.end_step()
+        if finish:
+            w.finish(zip=False, optimize=True)
+        return json.loads((path / "plattli" / "plattli.json").read_text()), sorted(
+            f.name for f in (path / "plattli").glob("*.indices")
+        )
+
+    for finish in (False, True):
+        (_, ref_files), (ours, our_files) = _both(
+            tmp_path / str(finish), functools.partial(write, finish=finish)
+        )
+        # live, only the broken cadence has an index file; optimize makes segments of it
+        assert our_files == ([] if finish else ["irregular.indices"])
+        # plattli: an index file a metric live, and still one for the single row
+        want = (
+            ["once.indices"]
+            if finish
+            else [f"{m}.indices" for m in ("acc", "irregular", "loss", "once")]
+        )
+        assert ref_files == want
+        assert ours["once"]["indices"] == (
+            [{"start": 4, "stop": 5, "step": 1}] if finish else [{"start": 4, "step": 1}]
+        )
+        assert ours["acc"]["indices"][0]["step"] == 3
+    for lib in LIBS:  # each reads the other's folder
+        other = cm if lib is plattli else plattli
+        path = tmp_path / f"by-{other.__name__}"
+        write(other, path, finish=False)
+        assert lib.Reader(path).metric("once")[0].tolist() == [4]
