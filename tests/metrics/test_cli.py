@@ -193,3 +193,19 @@ def test_top_level_chute_command_delegates(tmp_path):
         [exe, "metrics", "ls", str(tmp_path)], capture_output=True, text=True, check=True
     )
     assert res.stdout.splitlines()[1].split() == ["a", "1", "f64", "0", "2.5"]
+
+
+def test_tail_takes_a_folder_of_runs(tmp_path, capsys):
+    for name, value in (("a", 1.0), ("b", 2.0)):
+        w = cm.DirectWriter(tmp_path / "runs" / name)
+        for _ in range(3):
+            w.write(x=value)
+            w.end_step()
+        w.finish()
+    assert main(["tail", str(tmp_path / "runs"), "-n", "1"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["a: 2: x=1", "b: 2: x=2"]
+    assert main(["tail", str(tmp_path / "runs"), "-n", "1", "-f", "--interval", "0.01"]) == 0
+    capsys.readouterr()  # finished runs: follow mode ends at once
+    assert main(["tail", str(tmp_path / "runs" / "a"), "-n", "1"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["2: x=1"]  # one run: no prefix
+    assert main(["tail", str(tmp_path / "none")]) == 1

@@ -174,3 +174,41 @@ def test_plot_errors_are_chute_errors(tmp_path):
     assert isinstance(info.value, ChuteError) and isinstance(info.value, ValueError)
     with pytest.raises(PlotError, match=r"\[0, 1\)"):
         plot_runs([str(tmp_path / "r")], ["loss"], str(tmp_path / "o.png"), smooth=-0.1)
+
+
+def test_plot_takes_folders_of_runs_and_labels_them_relative_to_it(tmp_path, monkeypatch):
+    import chute.metrics._plot as plot_module
+
+    for seed in (1, 2):
+        write_run(tmp_path / "sweep" / f"seed{seed}" / "run", steps=20, seed=seed)
+    seen = {}
+    real = plot_module.plot_runs
+
+    def spy(runs, metrics, output, **kw):
+        seen.update(runs=runs, labels=kw["labels"])
+        return real(runs, metrics, output, **kw)
+
+    monkeypatch.setattr(plot_module, "plot_runs", spy)
+    out = tmp_path / "out.png"
+    assert main(["plot", str(tmp_path / "sweep"), "-m", "loss", "-o", str(out)]) == 0
+    assert out.read_bytes().startswith(PNG)
+    assert seen["labels"] == ["seed1/run", "seed2/run"]  # not absolute paths
+    assert main(["plot", str(tmp_path / "nothing"), "-m", "loss", "-o", str(out)]) == 1
+
+
+def test_log_axes_read_as_plain_numbers(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from chute.metrics._plot import _log_axis
+
+    for low, high in ((1.5, 3.5), (0.01, 1e6)):
+        fig, ax = plt.subplots()
+        ax.plot([0, 1], [low, high])
+        _log_axis(ax)
+        fig.canvas.draw()
+        labels = [t.get_text() for t in ax.get_yticklabels(which="both") if t.get_text()]
+        plt.close(fig)
+        assert labels and not any("10^" in t or "×" in t or "$" in t for t in labels), labels

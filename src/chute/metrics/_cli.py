@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("run")
 
     t = sub.add_parser("tail", help="print the latest steps of a run")
-    t.add_argument("run")
+    t.add_argument("run", help="a run, or a folder holding runs")
     t.add_argument("-n", "--lines", type=int, default=10, help="steps to print first")
     t.add_argument(
         "-f", "--follow", action="store_true", help="keep printing new steps until the run finishes"
@@ -109,7 +109,7 @@ def main(argv: list[str]) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from ._plot import plot_runs
+    from ._plot import plot_runs, run_labels
 
     if args.run and args.metric:
         runs, metrics = args.run, args.metric
@@ -123,7 +123,11 @@ def _plot(args: argparse.Namespace) -> int:
         runs, metrics = args.names[:1], args.names[1:]
     if not runs or not metrics:
         raise ValueError("name a run and its metrics (RUN METRIC...), or use -m/-r to compare runs")
-    missing = plot_runs(runs, metrics, args.output, x=args.x, smooth=args.smooth, logy=args.logy)
+    found = [run for given in runs for run in _runs_of(given)]
+    labels = run_labels([label for _, label in found])
+    runs = [run for run, _ in found]
+    missing = plot_runs(runs, metrics, args.output, x=args.x, smooth=args.smooth,
+                        logy=args.logy, labels=labels)  # fmt: skip
     for run, name in missing:
         print(f"note: run {run} has no metric {name!r}", file=sys.stderr)
     print(f"wrote {args.output}")
@@ -201,6 +205,19 @@ def _ls(run: str) -> int:
     return 0
 
 
+def _runs_of(given: str) -> list[tuple[str, str]]:
+    """The runs a path names, each with the name to show for it: the run itself, or the
+    runs found under a folder (named relative to it), as `ls` and `serve` take them."""
+    if is_run(given):
+        return [(given, given)]
+    if not os.path.isdir(given):
+        raise FileNotFoundError(f"{given!r} is neither a run nor a folder of runs")
+    runs = _find_runs(given)
+    if not runs:
+        raise FileNotFoundError(f"no runs under {given!r}")
+    return [(run, os.path.relpath(run, given)) for run in runs]
+
+
 def _find_runs(root: str) -> list[str]:
     """Runs under `root`: folders that are runs (not searched further) and `*.plattli` files."""
     found = []
@@ -262,31 +279,40 @@ def _steps_after(r: Reader, after: int) -> dict[int, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
-def _print_steps(rows: dict[int, dict[str, Any]]) -> None:
+def _print_steps(rows: dict[int, dict[str, Any]], prefix: str = "") -> None:
     for step, vals in rows.items():
         body = " ".join(f"{k}={_fmt(v)}" for k, v in sorted(vals.items()))
-        print(f"{step}: {body}", flush=True)
+        print(f"{prefix}{step}: {body}", flush=True)
 
 
 def _tail(args: argparse.Namespace) -> int:
-    with Reader(args.run) as r:
-        rows = _steps_after(r, -1)
-    tail = dict(list(rows.items())[-args.lines :]) if args.lines > 0 else {}
-    _print_steps(tail)
-    last = max(rows, default=-1)
+    """The latest steps of a run, or of every run under a folder (each line then starts
+    with the run's name); with ``-f``, new steps as they come, until every run finishes."""
+    found = _runs_of(args.run)
+    prefix = {run: f"{label}: " if len(found) > 1 else "" for run, label in found}
+    last: dict[str, int] = {}
+    for run, _ in found:
+        with Reader(run) as r:
+            rows = _steps_after(r, -1)
+        _print_steps(dict(list(rows.items())[-args.lines :]) if args.lines > 0 else {},
+                     prefix[run])  # fmt: skip
+        last[run] = max(rows, default=-1)
     idle_since = time.monotonic()
-    finished = False
-    while args.follow and not finished:
+    live = set(last)
+    while args.follow and live:
         time.sleep(args.interval)
-        try:
-            with Reader(args.run) as r:
-                new, finished = _steps_after(r, last), r.finished
-        except FileNotFoundError:  # caught between the folder and its archive: poll again
-            continue
-        if new:
-            _print_steps(new)
-            last = max(new)
-            idle_since = time.monotonic()
-        elif args.idle_exit is not None and time.monotonic() - idle_since >= args.idle_exit:
+        for run in sorted(live):
+            try:
+                with Reader(run) as r:
+                    new, finished = _steps_after(r, last[run]), r.finished
+            except FileNotFoundError:  # caught between the folder and its archive: poll again
+                continue
+            if new:
+                _print_steps(new, prefix[run])
+                last[run] = max(new)
+                idle_since = time.monotonic()
+            if finished:
+                live.discard(run)
+        if args.idle_exit is not None and time.monotonic() - idle_since >= args.idle_exit:
             break
     return 0

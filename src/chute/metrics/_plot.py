@@ -17,14 +17,19 @@ _PIXELS = 2000  # thinning budget per curve: far more points than the image has 
 
 
 def run_labels(runs: list[str]) -> list[str]:
-    """Short distinct legend labels: base names when those differ, else the paths as given.
+    """Short distinct legend labels: each run's shortest trailing path that no other run
+    shares (its base name when those differ).
 
-    >>> run_labels(["exp/a/", "exp/b"]), run_labels(["x/run", "y/run"])
-    (['a', 'b'], ['x/run', 'y/run'])
+    >>> run_labels(["exp/a/", "exp/b"]), run_labels(["/x/seed1/run", "/x/seed2/run"])
+    (['a', 'b'], ['seed1/run', 'seed2/run'])
     """
-    paths = [r.rstrip("/") or r for r in runs]
-    names = [os.path.basename(p) or p for p in paths]
-    return names if len(set(names)) == len(names) else paths
+    parts = [[p for p in r.rstrip("/").split("/") if p] or [r] for r in runs]
+    depth = 1
+    while True:
+        labels = ["/".join(p[-depth:]) for p in parts]
+        if len(set(labels)) == len(labels) or all(depth >= len(p) for p in parts):
+            return labels
+        depth += 1
 
 
 def _curve(r: Reader, name: str, x: str, run: str) -> tuple[np.ndarray[Any, Any], ...]:
@@ -53,12 +58,14 @@ def plot_runs(
     x: str = "step",
     smooth: float = 0.0,
     logy: bool = False,
+    labels: list[str] | None = None,
 ) -> list[tuple[str, str]]:
     """Write one panel per metric with every run overlaid to exactly the file `output`.
 
     The format follows the file's extension (PNG when it has none). `smooth` in [0, 1)
     draws an EMA over faint raw curves; 0 (the default) draws the raw values only.
-    Returns the (run, metric) pairs left out because that run lacks the metric; a metric
+    `labels` name the runs in the legends (default: `run_labels`). Returns the (run,
+    metric) pairs left out because that run lacks the metric; a metric
     no run has is an error, and so is a text metric.
     """
     if not runs or not metrics:
@@ -81,7 +88,8 @@ def plot_runs(
                 f"cannot write {output!r}: unknown image type {fmt!r} "
                 f"(one of {', '.join(sorted(supported))})"
             )
-        missing = _draw(axes[:, 0], runs, metrics, x=x, smooth=smooth, logy=logy)
+        names = run_labels(runs) if labels is None else labels
+        missing = _draw(axes[:, 0], runs, names, metrics, x=x, smooth=smooth, logy=logy)
         fig.tight_layout()
         _save(fig, output, fmt)
     finally:
@@ -90,14 +98,21 @@ def plot_runs(
 
 
 def _draw(
-    axes: Any, runs: list[str], metrics: list[str], *, x: str, smooth: float, logy: bool
+    axes: Any,
+    runs: list[str],
+    labels: list[str],
+    metrics: list[str],
+    *,
+    x: str,
+    smooth: float,
+    logy: bool,
 ) -> list[tuple[str, str]]:
     missing = []
     readers = [Reader(run) for run in runs]
     try:
         for ax, name in zip(axes, metrics, strict=True):
             drawn = 0
-            for i, (run, label, r) in enumerate(zip(runs, run_labels(runs), readers, strict=True)):
+            for i, (run, label, r) in enumerate(zip(runs, labels, readers, strict=True)):
                 if name not in r.metrics():
                     missing.append((run, name))
                     continue
@@ -116,7 +131,7 @@ def _draw(
             if not drawn:
                 raise PlotError(f"no run has a metric {name!r} (`chute metrics ls RUN` lists them)")
             if logy:
-                ax.set_yscale("log")
+                _log_axis(ax)
             ax.set_title(name + (f"  (EMA {smooth})" if smooth > 0 else ""), fontsize="medium")
             ax.grid(alpha=0.3)
             ax.legend(loc="best", fontsize="small")
@@ -125,6 +140,20 @@ def _draw(
         for r in readers:
             r.close()
     return missing
+
+
+def _log_axis(ax: Any) -> None:
+    """A log y axis whose ticks read as plain numbers (2.4, 0.05, 1e+06), not as
+    ``2.4×10⁰``."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:.3g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    low, high = ax.get_ylim()
+    if high > 0 and low > 0 and high / low > 100:  # many decades: label the decades only
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
 
 
 def _save(fig: Any, output: str, fmt: str) -> None:
