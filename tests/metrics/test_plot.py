@@ -212,3 +212,16 @@ def test_log_axes_read_as_plain_numbers(tmp_path):
         labels = [t.get_text() for t in ax.get_yticklabels(which="both") if t.get_text()]
         plt.close(fig)
         assert labels and not any("10^" in t or "×" in t or "$" in t for t in labels), labels
+
+
+def test_an_x_axis_that_goes_back_is_refused_not_drawn_as_a_zig_zag(tmp_path):
+    from chute.metrics import DirectWriter
+
+    w = DirectWriter(tmp_path / "run")
+    for step, wall in enumerate((100.0, 101.0, 5.0, 6.0)):  # a walltime reset on resume
+        w.write(loss=1.0 / (step + 1), walltime=wall)
+        w.end_step()
+    w.finish()
+    with pytest.raises(PlotError, match="goes back"):
+        plot_runs([str(tmp_path / "run")], ["loss"], str(tmp_path / "o.png"), x="walltime")
+    assert main(["plot", str(tmp_path / "run"), "loss", "-o", str(tmp_path / "o.png")]) == 0

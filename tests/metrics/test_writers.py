@@ -420,3 +420,37 @@ def test_resume_with_default_config_keeps_the_runs_config(tmp_path, kind):
     w.close()
     with Reader(tmp_path) as r:
         assert r.config() == {}
+
+
+@pytest.mark.parametrize("kind", ["direct", "compacting"])
+def test_the_clock_logs_every_step_and_its_elapsed_time_survives_a_resume(tmp_path, kind):
+    import time
+
+    from chute.metrics import CLOCK_ELAPSED, CLOCK_WALL
+
+    before = time.time()
+    w = WRITERS[kind](tmp_path / "run", clock=True)
+    for _ in range(4):
+        w.write(loss=1.0)
+        time.sleep(0.02)
+        w.end_step()
+    w.close()
+    with Reader(tmp_path / "run") as r:
+        steps, first = r.metric(CLOCK_ELAPSED)
+        wall = r.metric(CLOCK_WALL)[1]
+    assert steps.tolist() == [0, 1, 2, 3] and first.dtype == np.float64
+    assert (np.diff(first) > 0).all() and before <= wall[0] <= wall[-1] <= time.time()
+    time.sleep(0.5)  # the job is down: not counted
+    w = WRITERS[kind](tmp_path / "run", step=2, clock=True)  # resume at a checkpoint's step
+    w.end_step()  # a step with nothing else written still has its clock
+    w.finish()
+    with Reader(tmp_path / "run") as r:
+        steps, again = r.metric(CLOCK_ELAPSED)
+    assert steps.tolist() == [0, 1, 2]
+    assert first[1] < again[2] < first[1] + 0.45  # goes on from step 1, the downtime left out
+    w = WRITERS[kind](tmp_path / "other", clock=True)
+    w.write({CLOCK_WALL: 1.0})  # a value the caller wrote at this step stands
+    w.end_step()
+    w.finish()
+    with Reader(tmp_path / "other") as r:
+        assert r.metric(CLOCK_WALL)[1].tolist() == [1.0] and r.rows(CLOCK_ELAPSED) == 1

@@ -2,7 +2,9 @@
 
 Writers: `DirectWriter` (straight to column files), `CompactingWriter` (hot log,
 background compaction) and `BulkWriter` (in memory, written once). `Reader` reads
-live or finished runs, folders or `metrics.plattli` archives.
+live or finished runs, folders or `metrics.plattli` archives. With ``clock=True`` a
+streaming writer logs `CLOCK_WALL` and `CLOCK_ELAPSED` at every step: a wall clock you do
+not write yourself, and the run's elapsed time, which a resume continues.
 """
 
 from chute.errors import (
@@ -23,8 +25,11 @@ from ._compacting import CompactingWriter
 from ._direct import DirectWriter
 from ._reader import Reader
 from ._source import is_run, is_run_dir, resolve_run_dir
+from ._streaming import CLOCK_ELAPSED, CLOCK_WALL
 
 __all__ = [
+    "CLOCK_ELAPSED",
+    "CLOCK_WALL",
     "BadArchiveError",
     "BulkWriter",
     "CompactingWriter",

@@ -47,6 +47,7 @@ class CompactingWriter(StreamingWriter):
         hotsize: int,
         config: _config.ConfigArg = "config.json",
         allow_resume_finalized: bool = False,
+        clock: bool = False,
     ) -> None:
         self._hotsize = check_int("hotsize", hotsize, minimum=1)
         self._row: dict[str, Value] = {}
@@ -56,7 +57,7 @@ class CompactingWriter(StreamingWriter):
         self._hot_fd: int | None = None
         self._partial_flushed = False
         self._new: list[str] = []  # metrics of the pending row that have no column yet
-        super().__init__(outdir, step, config, allow_resume_finalized)
+        super().__init__(outdir, step, config, allow_resume_finalized, clock)
         self._hot_path = os.path.join(self._pdir, F.HOT)
 
     def write(
@@ -82,6 +83,7 @@ class CompactingWriter(StreamingWriter):
     def end_step(self) -> None:
         """Append the step's row to the hot log and advance; may start a background batch."""
         self._check_open()
+        self._tick()
         self._raise_background_error()
         if self._row:
             if self._new:

@@ -23,6 +23,8 @@ class DirectWriter(StreamingWriter):
     wider dtype, a new cadence) wait for `end_step`, which publishes the manifest
     once for all of them and then appends them. `write_threads` is accepted for
     compatibility with Plättli and must be a non-negative int; appends are synchronous.
+    ``clock=True`` logs ``clock/walltime`` and ``clock/elapsed`` at every step (see
+    `chute.metrics` and docs/metrics.md).
 
     >>> import tempfile
     >>> from chute.metrics import DirectWriter, Reader
@@ -44,9 +46,11 @@ class DirectWriter(StreamingWriter):
         write_threads: int = 16,
         config: _config.ConfigArg = "config.json",
         allow_resume_finalized: bool = False,
+        *,
+        clock: bool = False,
     ) -> None:
         check_int("write_threads", write_threads)
-        super().__init__(outdir, step, config, allow_resume_finalized)
+        super().__init__(outdir, step, config, allow_resume_finalized, clock)
         self._deferred: list[tuple[str, Value, str]] = []
 
     def _apply(self, checked: list[tuple[str, Value, str]]) -> None:
@@ -71,6 +75,7 @@ class DirectWriter(StreamingWriter):
     def end_step(self) -> None:
         """Publish rows that needed a manifest change, then advance the step."""
         self._check_open()
+        self._tick()
         if self._deferred:
             self._publish()
         self._step += 1

@@ -47,7 +47,14 @@ def _curve(r: Reader, name: str, x: str, run: str) -> tuple[np.ndarray[Any, Any]
         raise PlotError(
             f"metric {name!r} of run {run!r} holds text, not numbers; it cannot be plotted"
         )
-    return xs.astype(np.float64), y.astype(np.float64)
+    xs = xs.astype(np.float64)
+    if x != "step" and len(xs) > 1 and bool((np.diff(xs) < 0).any()):
+        raise PlotError(
+            f"x metric {x!r} of run {run!r} goes back (a clock reset by a resume?): the curve "
+            "would fold over itself; plot against clock/elapsed (a writer's clock=True), "
+            "which a resume continues, or against step"
+        )
+    return xs, y.astype(np.float64)
 
 
 def plot_runs(

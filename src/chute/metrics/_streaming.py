@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +31,7 @@ class StreamingWriter(Steps, Closing):
         step: int | None,
         config: _config.ConfigArg,
         allow_resume_finalized: bool,
+        clock: bool = False,
     ) -> None:
         self._step = 0 if step is None else check_step(step)
         frozen = _config.freeze(config)
@@ -52,6 +54,16 @@ class StreamingWriter(Steps, Closing):
             self._lock.release()
             raise
         self._schema = Schema.of(self._pdir, self._store.cols)
+        self._clock = _Clock(self._outdir, self._step) if clock else None
+
+    def _tick(self) -> None:
+        """With ``clock=True``: log the step's wall clock and elapsed time (before it ends)."""
+        if self._clock is not None:
+            metas = self._schema.metas
+            due = {name: value for name, value in self._clock.now().items()
+                   if name not in metas or metas[name].last_step != self._step}  # fmt: skip
+            if due:  # a value the caller wrote at this step stands
+                self.write(due)
 
     def write(self, metrics: Mapping[str, Any] | None = None, /, **kwargs: Any) -> None:
         """Log metrics at the current step; the whole batch is validated before any change."""
@@ -126,3 +138,30 @@ def _refuse_if_logged(outdir: str) -> None:
             f"run {outdir!r} already holds steps up to {last}; pass step={last + 1} to resume "
             f"after them, or step=0 to start over (which deletes them)"
         )
+
+
+CLOCK_WALL = "clock/walltime"
+"""The metric ``clock=True`` logs each step: seconds since the epoch (f64) as the step ends."""
+CLOCK_ELAPSED = "clock/elapsed"
+"""And the seconds of the run so far: summed over its writers, so a resume goes on from the
+last step kept instead of starting over (the time the job was down is not counted)."""
+
+
+class _Clock:
+    """The two clock metrics of a writer opened at ``step`` of the run at ``outdir``."""
+
+    def __init__(self, outdir: str, step: int) -> None:
+        self.base = 0.0
+        if step > 0 and is_run(outdir):
+            with Reader(outdir) as r:
+                if CLOCK_ELAPSED in r.metrics():
+                    _, values = r.metric(CLOCK_ELAPSED, stop=step)
+                    if len(values):
+                        self.base = float(values[-1])
+        self.start = time.monotonic()
+
+    def now(self) -> dict[str, float]:
+        return {
+            CLOCK_WALL: time.time(),
+            CLOCK_ELAPSED: self.base + (time.monotonic() - self.start),
+        }
