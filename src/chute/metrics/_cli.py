@@ -41,6 +41,13 @@ def _parser() -> argparse.ArgumentParser:
         help="a step going back truncates the data logged from it on",
     )
 
+    tb = sub.add_parser(
+        "from-tensorboard", help="convert TensorBoard event files into a run (chute[tensorboard])"
+    )
+    tb.add_argument("events", metavar="EVENTS_DIR", help="a folder of *.tfevents.* files")
+    tb.add_argument("run", metavar="RUN", help="the run to write")
+    tb.add_argument("--overwrite", action="store_true", help="replace an existing run")
+
     ls = sub.add_parser("ls", help="metrics of a run, or the runs in a folder")
     ls.add_argument("run", help="a run, or a folder holding runs")
 
@@ -94,6 +101,8 @@ def main(argv: list[str]) -> int:
     try:
         if args.cmd == "from-jsonl":
             return _from_jsonl(args)
+        if args.cmd == "from-tensorboard":
+            return _from_tensorboard(args)
         if args.cmd == "ls":
             return _ls(args.run) if is_run(args.run) else _ls_runs(args.run)
         if args.cmd == "verify":
@@ -131,6 +140,16 @@ def _plot(args: argparse.Namespace) -> int:
     for run, name in missing:
         print(f"note: run {run} has no metric {name!r}", file=sys.stderr)
     print(f"wrote {args.output}")
+    return 0
+
+
+def _from_tensorboard(args: argparse.Namespace) -> int:
+    from ._tensorboard import from_tensorboard
+
+    done = from_tensorboard(args.events, args.run, overwrite=args.overwrite)
+    left = f"; {done['skipped']} values of other kinds left out" if done["skipped"] else ""
+    print(f"wrote {args.run}: {done['metrics']} metrics, {done['steps']} steps, "
+          f"{done['values']} values{left}")  # fmt: skip
     return 0
 
 
