@@ -121,6 +121,43 @@ def bench_writers(tmp: str, steps: int, repeats: int) -> list[tuple[str, float, 
     return out
 
 
+def bench_write_sizes(tmp: str, repeats: int) -> list[tuple[str, float, float, str]]:
+    """Microseconds a step of ``write()`` + ``end_step()`` takes with 10, 100 and 1000
+    np.float32 scalars a step, each writer kind, finish() not counted."""
+    out = []
+    kinds: dict[str, Callable[[Any, str], Any]] = {
+        "DirectWriter": lambda lib, p: lib.DirectWriter(p),
+        "CompactingWriter(hotsize=200)": lambda lib, p: lib.CompactingWriter(p, hotsize=200),
+        "BulkWriter": lambda lib, p: lib.BulkWriter(p),
+    }
+    rng = np.random.default_rng(1)
+    for n in (10, 100, 1000):
+        rows = [
+            {f"m{i}": v for i, v in enumerate(rng.random(n, dtype=np.float32))} for _ in range(50)
+        ]
+        steps = max(100, 100_000 // n)
+        for label, make in kinds.items():
+            best = {}
+            for _ in range(repeats):
+                for lib, which in ((plattli, "ref"), (cm, "new")):
+                    path = f"{tmp}/s_{which}"
+                    if os.path.exists(path):
+                        shutil.rmtree(path)
+                    w = make(lib, path)
+                    t = time.perf_counter()
+                    for s in range(steps):
+                        w.write(rows[s % len(rows)])
+                        w.end_step()
+                    took = (time.perf_counter() - t) / steps * 1e6
+                    w.finish(zip=False)
+                    best[which] = min(best.get(which, float("inf")), took)
+            row = (f"write() + end_step(), {n} scalars a step: {label} (us/step)",
+                   best["ref"], best["new"], "3x")  # fmt: skip
+            out.append(row)
+            print(row, flush=True)
+    return out
+
+
 # -- reader ------------------------------------------------------------------------------------
 def make_read_run(root: str, rows: int, nmetrics: int = 5) -> dict[str, str]:
     """The same 5 x `rows` f32 columns in the three layouts a reader meets.
@@ -308,6 +345,7 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="chute-bench-metrics-")
     try:
         results = bench_writers(tmp, steps, reps)
+        results += bench_write_sizes(tmp, reps)
         results += bench_reader(tmp, rows, max(reps, 20))
         results += bench_convert(tmp, lines, reps)
     finally:

@@ -93,3 +93,7 @@ __all__ = [
     "UnsafeFileError",
     "WriterClosedError",
 ]
+
+for _name in __all__:  # each class shows (and pickles) as chute.errors.<name>, where users find it
+    globals()[_name].__module__ = __name__
+del _name

@@ -65,6 +65,19 @@ def from_tensorboard(events_dir: str, run: str, *, overwrite: bool = False) -> d
     later one, as TensorBoard shows it. An existing run is refused unless ``overwrite``.
 
     Each step also gets ``clock/walltime``: the latest wall time of the events at that step.
+
+    >>> import tempfile
+    >>> from torch.utils.tensorboard import SummaryWriter as TorchWriter
+    >>> from chute.metrics import Reader
+    >>> events, run = tempfile.mkdtemp(), tempfile.mkdtemp() + "/run"
+    >>> with TorchWriter(events) as w:
+    ...     for step in range(3):
+    ...         w.add_scalar("loss", 1.0 / (step + 1), step)
+    >>> from_tensorboard(events, run)["steps"]
+    3
+    >>> with Reader(run) as r:
+    ...     r.metric("loss")[1].round(3).tolist()
+    [1.0, 0.5, 0.333]
     """
     loader, plugin_data, tensors = _loaders()
     rows: dict[int, dict[str, tuple[float, Any]]] = {}
