@@ -166,11 +166,14 @@ def create_regular(
     return open_unlinked(path, flags | os.O_CREAT)
 
 
-def open_unlinked(path: str | os.PathLike[str], flags: int = os.O_RDONLY) -> int:
+def open_unlinked(
+    path: str | os.PathLike[str], flags: int = os.O_RDONLY, *, dir_fd: int | None = None
+) -> int:
     """Open ``path`` itself, not what a link there points to, and only if it is a regular
     file (``flags`` as for ``os.open``; a FIFO is refused at once, never waited on); else
     `UnsafeFileError`. No folder check: for a hot path whose folder was checked once
-    (the in-place loader's chunk files), and for `create_regular`.
+    (the in-place loader's chunk files; a file named relative to an open folder,
+    ``dir_fd``, which pins that folder), and for `create_regular`.
 
     >>> import os, tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
@@ -182,7 +185,7 @@ def open_unlinked(path: str | os.PathLike[str], flags: int = os.O_RDONLY) -> int
     """
     extra = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags | extra, 0o644)
+        fd = os.open(path, flags | extra, 0o644, dir_fd=dir_fd)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise UnsafeFileError(

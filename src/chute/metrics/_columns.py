@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._util.safe_open import create_regular
+from chute._util.safe_open import create_regular, inside, open_unlinked
 from chute.errors import RunFileMissingError
 
 from . import _format as F
@@ -20,7 +21,9 @@ from ._dtypes import PACK, Value, capture, fits, resolve, text, tightest_int
 from ._hot import read_rows
 from ._monotonic import Monotonic, set_flag
 
-_MAX_OPEN_FILES = 128
+#: Column files a writer keeps open: a quarter of the descriptor limit, so a run of a few
+#: hundred metrics appends without reopening its files every step.
+_MAX_OPEN_FILES = max(128, min(4096, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4))
 Steps = Sequence[int] | np.ndarray[Any, Any]
 
 
@@ -96,6 +99,7 @@ class ColumnStore:
         self.cols: dict[str, Column] = {}
         self.mlock = threading.Lock()
         self._fds: OrderedDict[str, int] = OrderedDict()
+        self._dir_fd = -1
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -446,6 +450,9 @@ class ColumnStore:
         while self._fds:
             _rel, fd = self._fds.popitem()
             os.close(fd)
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
 
     # -- descriptors -----------------------------------------------------------------------
     def _fd(self, rel: str) -> int:
@@ -455,9 +462,20 @@ class ColumnStore:
             return fd
         if len(self._fds) >= _MAX_OPEN_FILES:
             os.close(self._fds.popitem(last=False)[1])
-        fd = create_regular(self._path(rel), self.pdir, os.O_WRONLY | os.O_APPEND)
+        flags = os.O_WRONLY | os.O_APPEND
+        if "/" in rel:  # a metric in a subfolder: the folder checked on every open
+            fd = create_regular(self._path(rel), self.pdir, flags)
+        else:  # relative to the run's folder, held open: no path to resolve again
+            fd = open_unlinked(rel, flags | os.O_CREAT, dir_fd=self._folder())
         self._fds[rel] = fd
         return fd
+
+    def _folder(self) -> int:
+        """The run's plattli/ folder, opened once (checked inside the run) and kept."""
+        if self._dir_fd < 0:
+            inside(self.pdir, os.path.dirname(self.pdir))
+            self._dir_fd = os.open(self.pdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        return self._dir_fd
 
     def _close_fd(self, rel: str) -> None:
         fd = self._fds.pop(rel, None)

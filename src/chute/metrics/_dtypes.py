@@ -75,6 +75,8 @@ def capture(value: object) -> Value:
         return Value(JSONL, None, encode_basestring_ascii(value), False)  # type: ignore[arg-type]
     if t is int:
         return Value(_int_code(value), value, str(value), False)  # type: ignore[arg-type]
+    if t is np.float32 or t is np.float64:  # what training loops log most: no array made
+        return Value("f32" if t is np.float32 else "f64", float(value), None, True)  # type: ignore[arg-type]
     if isinstance(value, (np.generic, np.ndarray)):
         return _capture_array(np.asarray(value))
     if str(getattr(value, "dtype", "")).startswith("torch."):
