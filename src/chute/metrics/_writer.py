@@ -81,11 +81,17 @@ class Schema:
         metas = self.metas
         for name, value in batch.items():
             meta = metas.get(name)
-            # Fast path: a plain float joining a float column it fits (NaN/inf take the slow one).
-            if type(value) is float and meta is not None and meta.last_step != step:
-                code = meta.code
-                if code == "f64" or (code == "f32" and -_F32_MAX <= value <= _F32_MAX):
-                    out.append((name, Value("f64", value, None, False), code))
+            # Fast paths: a plain float joining a float column it fits (NaN/inf take the slow
+            # one), and a NumPy float joining a column of its own dtype.
+            if meta is not None and meta.last_step != step:
+                kind, code = type(value), meta.code
+                if kind is float and (
+                    code == "f64" or (code == "f32" and -_F32_MAX <= value <= _F32_MAX)  # type: ignore[operator]
+                ):
+                    out.append((name, Value("f64", value, None, False), code))  # type: ignore[arg-type]
+                    continue
+                if (kind is np.float32 and code == "f32") or (kind is np.float64 and code == "f64"):
+                    out.append((name, Value(code, float(value), None, True), code))  # type: ignore[arg-type]
                     continue
             if meta is None:
                 F.check_name(name, self.root)
