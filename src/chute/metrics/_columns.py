@@ -276,9 +276,15 @@ class ColumnStore:
     # -- writing ---------------------------------------------------------------------------
     def add(self, name: str, code: str) -> None:
         """Register a new, empty metric (its file first, then the manifest entry)."""
-        path = self._path(F.value_file(name, code))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        os.close(create_regular(path, self.pdir, os.O_WRONLY | os.O_TRUNC))  # never a link out
+        rel = F.value_file(name, code)
+        if "/" in rel:
+            path = self._path(rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.close(create_regular(path, self.pdir, os.O_WRONLY | os.O_TRUNC))  # no link out
+        else:
+            self._close_fd(rel)
+            flags = os.O_WRONLY | os.O_TRUNC | os.O_CREAT
+            os.close(open_unlinked(rel, flags, dir_fd=self._folder()))
         col = self.cols[name] = Column(code)
         with self.mlock:
             self.manifest[name] = {"indices": col.spec(), "dtype": code}
