@@ -109,6 +109,13 @@ def join(
     return values[ranges(starts, counts)]
 
 
+def _length_of(
+    tokens: npt.NDArray[np.int64], starts: npt.NDArray[np.int64], dtype: np.dtype[Any]
+) -> npt.NDArray[np.int64]:
+    """The bytes of token records holding ``tokens`` tokens and ``starts`` document starts."""
+    return HEADER.itemsize + tokens * dtype.itemsize + _START.itemsize * starts
+
+
 def _offsets(values: npt.ArrayLike, what: str) -> npt.NDArray[np.int64]:
     """Integer offsets as a flat int64 array; anything else (floats, bools) refused."""
     array = np.asarray(values)
@@ -223,8 +230,6 @@ class TokenDataset(StoreView):
         size = self._record_tokens
         self._whole = np.uint64(size | size << 32)  # header word 1 of a whole record
         self._tail_word = np.uint64(size | self._last_tokens << 32)  # and of the last one
-        self._head_bytes = HEADER.itemsize
-        self._itemsize = self._token_dtype.itemsize
 
     def _damaged(self, record: Any, what: str) -> None:
         raise CorruptStoreError(
@@ -254,7 +259,7 @@ class TokenDataset(StoreView):
             and bool((words[:, 1] == want).all())
             and bool((words[:, 3] == records.astype(np.uint64) * np.uint64(size)).all())
             and not (words[:, 2] >> _HIGH).any()
-            and bool((lengths == self._head_bytes + tokens * self._itemsize + 4 * starts).all())
+            and bool((lengths == _length_of(tokens, starts, self._token_dtype)).all())
             and bool((starts <= tokens).all())
         )
         if not fine:
@@ -282,7 +287,7 @@ class TokenDataset(StoreView):
             (tokens != want, "another token count"),
             (starts > tokens, "more document starts than tokens"),
             (
-                lengths != HEADER.itemsize + tokens * self._token_dtype.itemsize + 4 * starts,
+                lengths != _length_of(tokens, starts, self._token_dtype),
                 "a length its header does not account for",
             ),
         ]
@@ -406,7 +411,7 @@ class TokenDataset(StoreView):
                 tokens = np.full(n, self._record_tokens, np.int64)
                 tokens[-1] = self._last_tokens
                 starts, rest = np.divmod(
-                    lengths - HEADER.itemsize - tokens * self._token_dtype.itemsize, 4
+                    lengths - HEADER.itemsize - tokens * self._token_dtype.itemsize, _START.itemsize
                 )
                 bad = (rest != 0) | (starts < 0) | (starts > tokens)
                 if bad.any():

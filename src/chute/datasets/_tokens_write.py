@@ -109,17 +109,18 @@ def _records(
     first = next(docs, None)
     if first is None:
         raise ValueError("no documents to write: a token dataset holds at least one")
-    head = _document(first, 0, dtype)
     if dtype is None:
-        if head.dtype.kind == "u" and head.dtype.itemsize == 1:  # bytes: byte-level tokens
-            dtype = np.dtype("<u2")
-        elif head.dtype.newbyteorder("<") not in _CODES:
+        own = _document(first, 0, None).dtype.newbyteorder("<")
+        if own.kind == "u" and own.itemsize == 1:  # bytes: byte-level tokens
+            own = np.dtype("<u2")
+        elif own not in _CODES:
             raise TypeError(
-                f"the first document is {head.dtype}; pass dtype=np.uint16 (a vocabulary of "
+                f"the first document is {own}; pass dtype=np.uint16 (a vocabulary of "
                 "up to 65536) or np.uint32, and every token is checked to fit"
             )
-        head = _document(first, 0, dtype)
-    kind = _token_dtype(head.dtype) if dtype is None else dtype
+        dtype = own
+    kind: np.dtype[Any] = dtype
+    head = _document(first, 0, kind)
     if size is None:
         size = DEFAULT_RECORD_TOKENS
     elif size > _most(kind):
@@ -128,7 +129,7 @@ def _records(
             "with their document starts within the 1 MiB record cap"
         )
     cutter = _Cutter(size, kind)
-    yield from cutter.add(head.astype(kind, copy=False))
+    yield from cutter.add(head)
     for number, doc in enumerate(docs, start=1):
         yield from cutter.add(_document(doc, number, kind))
     yield cutter.cut(final=True)
@@ -155,9 +156,9 @@ def write_tokens(
     ``dtype`` is ``uint16`` or ``uint32`` (default: the first document's, which must be
     one of them, or ``uint16`` for ``bytes``); every token is checked to fit. The stream
     is cut into records of ``record_tokens`` tokens (default 2048; at most what fits the
-    1 MiB record cap), so a
-    document of any length is kept whole, its edges recorded; documents are consumed one
-    at a time, never held together. An empty document is refused (its number would be lost).
+    1 MiB record cap), so a document of any length is kept whole, its edges recorded;
+    documents are consumed one at a time, never held together. An empty document is
+    refused (its number would be lost).
 
     ``codec`` is ``"raw"`` unless told: the ids of a trained tokenizer are already a
     compressed text, which zstd shrinks little, while decoding it would cost every window

@@ -282,20 +282,14 @@ class PackedTokens:
         length = packing.lengths
         flat = join(tokens, packing.starts - start, length)
         before = np.cumsum(length) - length
-        if int(length.sum()) == bins * width:  # no padding: the pieces tile the rows in order
-            ordinal = ranges(np.ones(bins, np.int64), count).astype(np.int32)
-            segment_ids = np.repeat(ordinal, length).reshape(bins, width)
-            positions = np.arange(bins * width, dtype=np.int32) - np.repeat(
-                before.astype(np.int32), length
-            )
-            return _Group(packing, flat.reshape(bins, width), segment_ids,
-                          positions.reshape(bins, width))  # fmt: skip
         row = np.repeat(np.arange(bins, dtype=np.int64), count)
         dest = row * width + before - np.repeat(before[np.cumsum(count) - count], count)
-        out = np.zeros(bins * width, tokens.dtype)
-        out[ranges(dest, length)] = flat
         fill = np.bincount(row, length, bins).astype(np.int64)
         segment_ids, positions = _segments(bins, width, fill, dest)
+        if int(fill.sum()) == bins * width:  # no padding: the pieces tile the rows in order
+            return _Group(packing, flat.reshape(bins, width), segment_ids, positions)
+        out = np.zeros(bins * width, tokens.dtype)
+        out[ranges(dest, length)] = flat
         return _Group(packing, out.reshape(bins, width), segment_ids, positions)
 
     def __getitems__(self, indices: npt.NDArray[Any]) -> Batch:

@@ -7,9 +7,9 @@ import os
 import socket
 from collections.abc import Mapping
 from datetime import datetime
-from types import TracebackType
 from typing import Any
 
+from chute._util.closing import Closing
 from chute.errors import StepOrderError
 
 from ._direct import DirectWriter
@@ -34,7 +34,7 @@ def _default_log_dir(comment: str) -> str:
     return os.path.join("runs", f"{stamp}_{socket.gethostname()}{comment}")
 
 
-class SummaryWriter:
+class SummaryWriter(Closing):
     """Scalars, text and hyperparameters as torch's SummaryWriter logs them, into a chute
     metric run (a `DirectWriter` at ``log_dir``, read with `chute.metrics.Reader`, plotted
     and served as any run).
@@ -171,17 +171,6 @@ class SummaryWriter:
             self._writer.end_step()
             self._pending = False
         self._writer.close()
-
-    def __enter__(self) -> SummaryWriter:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __getattr__(self, name: str) -> Any:
         if name in _NOT_KEPT:
