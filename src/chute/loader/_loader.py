@@ -27,7 +27,14 @@ from chute.loader._sampler import (
     _check_u64,
     sampler_config,
 )
-from chute.loader._streams import Batch, Ordered, Stream, Streams, as_streams, check_streams
+from chute.loader._streams import (
+    Batch,
+    DrawsItself,
+    Stream,
+    Streams,
+    as_streams,
+    check_streams,
+)
 from chute.loader._subset import IndexSet
 from chute.loader._window import ShardWindowSampler, window_sampler
 
@@ -56,16 +63,17 @@ def _make_sampler(
         return window_sampler(streams or {}, length, batch, seed or 0, window, subset=subset)
     if window is not None:
         raise TypeError("window= is the shard-window sampler's: pass it with sampler='window'")
-    mixtures = [s for s in (streams or {}).values() if isinstance(s, Mixture)]
-    if isinstance(sampler, str) and mixtures:
-        if len(mixtures) > 1:
-            raise ValueError("a loader draws one mixture; mix the mixtures' sources instead")
+    own = [s for s in (streams or {}).values() if isinstance(s, DrawsItself)]
+    if isinstance(sampler, str) and own and not subset:
+        if len(own) > 1:
+            raise ValueError(
+                "a loader draws one mixture (or packed stream) by its own order; mix the "
+                "mixtures' sources instead"
+            )
         batch = _DEFAULT_BATCH if batch_size is None else batch_size
-        return mixtures[0].sampler(batch, 0 if seed is None else seed, sampler)
-    ordered = [s for s in (streams or {}).values() if isinstance(s, Ordered)]
-    if sampler == "cyclic" and len(ordered) == 1 and not subset:
-        batch = _DEFAULT_BATCH if batch_size is None else batch_size
-        return OrderSampler(ordered[0], batch, seed=0 if seed is None else seed)
+        drawn = own[0].sampler(batch, 0 if seed is None else seed, sampler)
+        if drawn is not None:
+            return drawn
     if isinstance(sampler, str):
         return Sampler(length, _DEFAULT_BATCH if batch_size is None else batch_size, sampler,
                        0 if seed is None else seed)  # fmt: skip

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from chute.loader._sampler import SamplerLike
 
 Batch = dict[str, Any]
 """One batch: stream name to what the stream's ``__getitems__`` returned (after the transform)."""
@@ -72,6 +75,19 @@ class Ordered(Protocol):
     def __getitems__(self, indices: npt.NDArray[np.uint64]) -> Any: ...
 
     def order(self, seed: int, first: int, n: int) -> npt.NDArray[np.uint64]: ...
+
+
+@runtime_checkable
+class DrawsItself(Protocol):
+    """A stream that supplies the loader's sampler for a mode name (`chute.mix`: each
+    source drawn at its weight; `chute.PackedTokens`: its groups read side by side), or
+    None to be drawn as any stream."""
+
+    def __len__(self) -> int: ...
+
+    def __getitems__(self, indices: npt.NDArray[np.uint64]) -> Any: ...
+
+    def sampler(self, batch_size: int, seed: int, mode: str) -> SamplerLike | None: ...
 
 
 class _ArrayStream:

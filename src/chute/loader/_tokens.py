@@ -24,7 +24,7 @@ from chute._util.checks import check_int
 from chute.datasets import TokenDataset
 from chute.datasets._tokens import join, ranges
 from chute.loader._packing import Packing, pack_group
-from chute.loader._sampler import lane_order
+from chute.loader._sampler import OrderSampler, lane_order
 from chute.loader._streams import Batch
 
 __all__ = ["PackedTokens", "TokenWindows", "varlen"]
@@ -220,6 +220,11 @@ class PackedTokens:
         ``sampler="cyclic"`` reads): each pass takes the groups in a fresh order, ``lanes``
         side by side (`chute.loader._sampler.lane_order`)."""
         return lane_order(self._full, self.group, self._tail, self.lanes, seed, first, n)
+
+    def sampler(self, batch_size: int, seed: int, mode: str) -> OrderSampler | None:
+        """The loader's sampler for ``mode``: this stream's own order for ``"cyclic"``;
+        None (drawn as any stream) for the others."""
+        return OrderSampler(self, batch_size, seed=seed) if mode == "cyclic" else None
 
     def fingerprint(self) -> dict[str, Any]:
         """What decides the sequences and their order, for a loader's saved state."""
