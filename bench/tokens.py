@@ -32,7 +32,6 @@ import json
 import os
 import queue
 import statistics
-import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -42,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _child import report as report_result
+from _child import spawn
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "tokens"
@@ -208,18 +209,8 @@ def _child(spec: dict[str, Any]) -> None:
         if step % 100 == 0:
             worst = max(worst, float(np.abs(per_source / per_source.sum() - share).max()))
     seconds = time.perf_counter() - start
-    print("RESULT " + json.dumps({"tokens_s": tokens / seconds, "share_error": worst}))
-    sys.stdout.flush()
+    report_result({"tokens_s": tokens / seconds, "share_error": worst})
     os._exit(0)  # loader workers and prefetch threads are not waited for
-
-
-def _spawn(spec: dict[str, Any]) -> dict[str, float] | str:
-    done = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                          capture_output=True, text=True, timeout=1800)  # fmt: skip
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return dict(json.loads(line[7:]))
-    return f"failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}"
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -308,7 +299,7 @@ def main() -> None:
             order = CONTENDERS[r % len(CONTENDERS) :] + CONTENDERS[: r % len(CONTENDERS)]
             for c in order:
                 print(f"round {r + 1}: {c}", file=sys.stderr)
-                got = _spawn({"root": str(root), "kind": c, "batches": args.batches})
+                got = spawn(__file__, {"root": str(root), "kind": c, "batches": args.batches})
                 if isinstance(got, str):
                     print(f"  {got}", file=sys.stderr)
                 else:

@@ -30,7 +30,6 @@ import io
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +38,8 @@ from typing import Any
 
 import _augment
 import numpy as np
+from _child import report as report_result
+from _child import spawn
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "transforms"
@@ -181,16 +182,7 @@ def _child(args: argparse.Namespace) -> None:
         result = hand_off(spec["path"], spec["batches"])
     else:
         result = run_one(spec["kind"], spec["path"], spec["extra"], spec["batches"])
-    print("RESULT " + json.dumps(result), flush=True)
-
-
-def _spawn(spec: dict[str, Any], env: dict[str, str]) -> dict[str, float] | str:
-    done = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], env=env,
-                          capture_output=True, text=True, timeout=1800)  # fmt: skip
-    for line in done.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return dict(json.loads(line[7:]))
-    return f"failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}"
+    report_result(result)
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -283,13 +275,13 @@ def main() -> None:
                     print(f"round {r + 1}: {w}, {c}", file=sys.stderr)
                     spec = {"kind": c, "path": str(root / "jpeg"), "extra": w != WORKLOADS[0],
                             "batches": args.batches}  # fmt: skip
-                    got = _spawn(spec, env)
+                    got = spawn(__file__, spec, env)
                     if isinstance(got, str):
                         print(f"  {got}", file=sys.stderr)
                     else:
                         runs[(w, c)].append(got)
         spec = {"kind": "hand-off", "path": str(root / "pixels"), "batches": 400}
-        off = _spawn(spec, env)
+        off = spawn(__file__, spec, env)
     text, med = report(runs, off if isinstance(off, dict) else {}, args, loops)
     print(text)
     if args.tiny:
