@@ -243,3 +243,21 @@ class RunNotFoundError(ChuteError, FileNotFoundError):
     ...     print(str(e).split(":")[0])
     no such run or folder
     """
+
+
+class QueryError(ChuteError, ValueError):
+    """A query filtering runs (``chute metrics ls --where``, the dashboard) that does not
+    parse; the message names the problem and ``position``, its character offset from 0.
+
+    >>> from chute.metrics import QueryError
+    >>> from chute.metrics._query import parse
+    >>> try:
+    ...     parse("lr < 1e-3 and (depth > 12")
+    ... except QueryError as e:
+    ...     print(e.position, e)
+    25 unclosed '(' at 14: expected ')', found the end at 25
+    """
+
+    def __init__(self, problem: str, position: int | None = None) -> None:
+        super().__init__(problem if position is None else f"{problem} at {position}")
+        self.position = position

@@ -13,8 +13,10 @@ from typing import Any
 import numpy as np
 
 from chute._util.cores import usable_cores
+from chute.errors import QueryError
 
 from ._jsonl import DEFAULT_SKIP, ConvertOptions, convert_run, find_runs
+from ._query import Query, flatten_config, parse
 from ._reader import Reader
 from ._source import is_run
 
@@ -50,6 +52,14 @@ def _parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("ls", help="metrics of a run, or the runs in a folder")
     ls.add_argument("run", help="a run, or a folder holding runs")
+    ls.add_argument(
+        "--where",
+        type=_where_arg,
+        metavar="QUERY",
+        help="with a folder: list only the runs matching QUERY, on their config (nested keys "
+        "dotted, also as config.KEY) and their metrics' last values, e.g. \"lr < 1e-3 and "
+        "model.depth in [12, 24] and not name ~ '^smoke'\"",
+    )
 
     v = sub.add_parser("verify", help="check a run: archive CRC-32s, hot-log lines, columns")
     v.add_argument("run")
@@ -104,7 +114,13 @@ def main(argv: list[str]) -> int:
         if args.cmd == "from-tensorboard":
             return _from_tensorboard(args)
         if args.cmd == "ls":
-            return _ls(args.run) if is_run(args.run) else _ls_runs(args.run)
+            if not is_run(args.run):
+                return _ls_runs(args.run, args.where)
+            if args.where is not None:
+                print(f"chute metrics ls: --where filters the runs of a folder; {args.run!r} "
+                      "is one run", file=sys.stderr)  # fmt: skip
+                return 2
+            return _ls(args.run)
         if args.cmd == "verify":
             return _verify(args.run)
         if args.cmd == "tail":
@@ -115,6 +131,14 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError, KeyError, ImportError) as e:
         print(f"chute metrics {args.cmd}: {e}", file=sys.stderr)
         return 1
+
+
+def _where_arg(text: str) -> Query:
+    """`--where`'s argument parsed; a bad query is a usage error (exit status 2)."""
+    try:
+        return parse(text)
+    except QueryError as e:
+        raise argparse.ArgumentTypeError(f"bad query: {e}") from None
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -250,7 +274,21 @@ def _find_runs(root: str) -> list[str]:
     return sorted(r for r in found if is_run(r))
 
 
-def _ls_runs(root: str) -> int:
+def _where_row(r: Reader, fields: frozenset[str]) -> dict[str, Any]:
+    """What `--where` reads of a run: its config flattened (each key also as ``config.KEY``)
+    and, for the query's other fields, the last value of the metric of that name, if the
+    run has one (a config key wins over a metric)."""
+    config = flatten_config(r.config())
+    row = {**config, **{f"config.{k}": v for k, v in config.items()}}
+    metrics = set(r.metrics())
+    for name in sorted(fields - row.keys()):
+        if name in metrics and r.rows(name):
+            value = r.metric(name, idx=-1, dtype="storage")[1]
+            row[name] = value.item() if isinstance(value, np.generic) else value
+    return row
+
+
+def _ls_runs(root: str, where: Query | None = None) -> int:
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{root!r} is neither a run nor a folder of runs")
     runs = _find_runs(root)
@@ -259,6 +297,8 @@ def _ls_runs(root: str) -> int:
     rows = [("run", "state", "metrics", "rows", "exported")]
     for run in runs:
         with Reader(run) as r:
+            if where is not None and not where.matches(_where_row(r, where.fields)):
+                continue
             state = "finished" if r.finished else "live"
             rows.append(
                 (
@@ -269,6 +309,8 @@ def _ls_runs(root: str) -> int:
                     r.when_exported() or "-",
                 )
             )
+    if where is not None and len(rows) == 1:
+        print(f"no run under {root!r} matches {where.text!r}", file=sys.stderr)
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
