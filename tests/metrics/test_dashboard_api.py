@@ -320,7 +320,8 @@ def test_the_page_and_its_vendored_assets_are_served(tmp_path):
         assert page.status_code == 200 and "uPlot.iife.min.js" in page.text
         js = c.get("/static/uPlot.iife.min.js")
         assert js.status_code == 200 and "v1.6.32" in js.text[:100]
-        assert c.get("/static/dashboard.js").status_code == 200
+        for module in ("app.js", "table.js", "charts.js", "util.js"):
+            assert c.get(f"/static/{module}").status_code == 200
         assert c.get("/static/uPlot.LICENSE").text.startswith("The MIT License")
         assert c.get("/api/runs").json()["runs"] == []
 

@@ -1,17 +1,10 @@
-"""The dashboard page in a real headless Chromium (Debian's), driven by Playwright.
-
-`.ci/run` installs the `chromium` package when it is missing; elsewhere these tests skip
-without a browser (and fail under CI, so a missing browser is never a silent pass).
-"""
+"""The dashboard page in a real headless Chromium: charts, live tails, controls, refusals."""
 
 from __future__ import annotations
 
 import http.client
 import os
-import re
 import shutil
-import subprocess
-import sys
 import time
 from urllib.parse import urlparse
 
@@ -19,39 +12,21 @@ import numpy as np
 import pytest
 
 pytest.importorskip("starlette")
-sync_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 
-import chute.metrics as cm  # noqa: E402
+import chute.metrics as cm
 
-from .dashboard_util import write_run  # noqa: E402
+from .browser_util import chromium, dashboard
+from .dashboard_util import write_run
 
 ALPHA, BETA = (31, 119, 180), (214, 39, 40)  # the page's first two run colours
 NUMERIC = ["acc", "loss", "lr", "walltime"]
 
 
-def chromium_path():
-    for cand in (
-        os.environ.get("CHUTE_CHROMIUM"),
-        "/usr/lib/chromium/chromium",
-        shutil.which("chromium"),
-        shutil.which("chromium-browser"),
-    ):
-        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    return None
-
-
 @pytest.fixture(scope="module")
 def browser():
-    path = chromium_path()
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("no chromium: .ci/run should have installed Debian's chromium package")
-        pytest.skip("no chromium browser (apt-get install chromium)")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=path, headless=True)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
@@ -62,20 +37,10 @@ def served(tmp_path_factory):
     broken = root / "broken" / "plattli"
     broken.mkdir(parents=True)
     (broken / "plattli.json").write_text("{not json")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "chute.metrics", "serve", str(root), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     try:
-        line = proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:\d+/", line)
-        assert match, (line, proc.stderr.read() if proc.poll() is not None else "")
-        yield match.group(0), beta, root
+        with dashboard(root) as url:
+            yield url, beta, root
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
         beta.close()
 
 

@@ -424,6 +424,10 @@ def test_ls_where_in_process(tmp_path: Any, capsys: pytest.CaptureFixture[str]) 
     assert _listed(capsys.readouterr().out) == ["r1", "r2"]
     assert main(["ls", str(exp), "--where", "config.lr < 5e-4 or not lr"]) == 0
     assert _listed(capsys.readouterr().out) == ["r2", "r3"]
+    assert main(["ls", str(exp), "--where", "run ~ '[23]$' and status == 'live'"]) == 0
+    assert _listed(capsys.readouterr().out) == ["r2", "r3"]  # the run's own fields
+    assert main(["ls", str(exp), "--where", "metrics == 1 and name == 'big'"]) == 0
+    assert _listed(capsys.readouterr().out) == ["r2"]
     assert main(["ls", str(exp), "--where", "loss > 100"]) == 0
     out = capsys.readouterr()
     assert _listed(out.out) == [] and "no run under" in out.err

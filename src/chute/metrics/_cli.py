@@ -16,7 +16,7 @@ from chute._util.cores import usable_cores
 from chute.errors import QueryError
 
 from ._jsonl import DEFAULT_SKIP, ConvertOptions, convert_run, find_runs
-from ._query import Query, flatten_config, parse
+from ._query import Query, flatten_config, last_values, parse, run_row
 from ._reader import Reader
 from ._source import is_run
 
@@ -274,20 +274,6 @@ def _find_runs(root: str) -> list[str]:
     return sorted(r for r in found if is_run(r))
 
 
-def _where_row(r: Reader, fields: frozenset[str]) -> dict[str, Any]:
-    """What `--where` reads of a run: its config flattened (each key also as ``config.KEY``)
-    and, for the query's other fields, the last value of the metric of that name, if the
-    run has one (a config key wins over a metric)."""
-    config = flatten_config(r.config())
-    row = {**config, **{f"config.{k}": v for k, v in config.items()}}
-    metrics = set(r.metrics())
-    for name in sorted(fields - row.keys()):
-        if name in metrics and r.rows(name):
-            value = r.metric(name, idx=-1, dtype="storage")[1]
-            row[name] = value.item() if isinstance(value, np.generic) else value
-    return row
-
-
 def _ls_runs(root: str, where: Query | None = None) -> int:
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{root!r} is neither a run nor a folder of runs")
@@ -297,9 +283,18 @@ def _ls_runs(root: str, where: Query | None = None) -> int:
     rows = [("run", "state", "metrics", "rows", "exported")]
     for run in runs:
         with Reader(run) as r:
-            if where is not None and not where.matches(_where_row(r, where.fields)):
-                continue
             state = "finished" if r.finished else "live"
+            if where is not None:
+                config = flatten_config(r.config())
+                fields = run_row(
+                    config,
+                    last_values(r, where.fields - config.keys()),
+                    run=os.path.relpath(run, root),
+                    status=state,
+                    metrics=len(r.metrics()),
+                )
+                if not where.matches(fields):
+                    continue
             rows.append(
                 (
                     os.path.relpath(run, root),

@@ -40,10 +40,15 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import re
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
 
 from chute.errors import QueryError
+
+if TYPE_CHECKING:
+    from ._reader import Reader
 
 MAX_CHARS = 2000
 MAX_DEPTH = 32
@@ -84,6 +89,23 @@ def flatten_config(config: Mapping[str, Any]) -> dict[str, Any]:
             out.update((f"{key}.{k}", v) for k, v in flatten_config(value).items())
         else:
             out[key] = dict(value) if isinstance(value, Mapping) else value
+    return out
+
+
+def run_row(config: Mapping[str, Any], last: Mapping[str, Any], **own: Any) -> dict[str, Any]:
+    """The row a query reads of one run: the last values of metrics (`last`), the run's own
+    fields (`own`: ``run``, ``status``... as the caller knows them), and its flattened config,
+    each key also as ``config.KEY``; a config key wins over a run field or a metric."""
+    return {**last, **own, **config, **{f"config.{k}": v for k, v in config.items()}}
+
+
+def last_values(r: Reader, names: Iterable[str]) -> dict[str, Any]:
+    """The value at the last row of each named metric the run has (None for no rows yet)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        if name in r.metrics():
+            value = r.metric(name, idx=-1, dtype="storage")[1] if r.rows(name) else None
+            out[name] = value.item() if isinstance(value, np.generic) else value
     return out
 
 

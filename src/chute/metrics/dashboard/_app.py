@@ -18,16 +18,22 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from chute.errors import PlotError
+from chute.errors import PlotError, QueryError
 
+from .._query import parse
 from .._reader import Reader
+from ._group import group_series
 from ._runs import NotServed, Run, RunIndex, check_name
 from ._series import MAX_WIDTH, MIN_WIDTH, metric_kinds, read_series
+from ._table import diff as config_diff
+from ._table import listing
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 #: Metrics one series request may name (the page asks for at most 128 at a time), and the
 #: longest metric name taken (a path's length limit).
 MAX_METRICS, MAX_NAME = 256, 4096
+#: Runs one group or config-diff request may name.
+MAX_GROUP = 256
 _NO_CACHE = {"Cache-Control": "no-store"}
 
 
@@ -62,6 +68,12 @@ def _name(value: str) -> str:
     return value
 
 
+def _names(values: list[str], what: str) -> list[str]:
+    if len(values) > MAX_METRICS:
+        raise _bad(f"name at most {MAX_METRICS} {what}")
+    return [*dict.fromkeys(map(_name, values))]
+
+
 def _series_params(names: list[str], afters: list[str]) -> dict[str, int]:
     """Each metric asked for once, with the earliest `after` it was asked with.
 
@@ -94,6 +106,15 @@ def create_app(paths: list[str], *, allowed_hosts: list[str] | None = None) -> S
     """
     index = RunIndex([os.fspath(p) for p in paths])
 
+    def _runs_of(request: Request) -> list[Run]:
+        ids = request.query_params.getlist("run")
+        if not ids or len(ids) > MAX_GROUP:
+            raise _bad(f"name 1 to {MAX_GROUP} runs")
+        try:
+            return [index.get(i) for i in dict.fromkeys(ids)]
+        except NotServed:
+            raise HTTPException(404, "no such run") from None
+
     def run_of(request: Request) -> Run:
         try:
             return index.get(request.path_params["run"])
@@ -113,10 +134,39 @@ def create_app(paths: list[str], *, allowed_hosts: list[str] | None = None) -> S
         return FileResponse(os.path.join(STATIC, "index.html"), headers=_NO_CACHE)
 
     async def runs(request: Request) -> Response:
+        q = request.query_params
+        try:
+            query = parse(q.get("where", ""))
+        except QueryError as e:
+            raise _bad(str(e)) from None
+        columns = _names(q.getlist("column"), "config columns")
+        last = _names(q.getlist("last"), "metrics")
+
         def work() -> dict[str, Any]:
-            return {"runs": [run.summary() for run in index.runs()], "now": time.time()}
+            summaries = [run.summary(last) for run in index.runs()]
+            return {**listing(summaries, query, columns, last), "now": time.time()}
 
         return _json(await in_thread(work))
+
+    async def diff(request: Request) -> Response:
+        chosen = _runs_of(request)
+
+        def work() -> dict[str, Any]:
+            summaries = [run.summary() for run in chosen]
+            return config_diff([s["name"] for s in summaries], [s["config"] for s in summaries])
+
+        return _json(await in_thread(work))
+
+    async def group(request: Request) -> Response:
+        chosen = _runs_of(request)
+        q = request.query_params
+        wanted = _names(q.getlist("metric"), "metrics")
+        if not wanted:
+            raise _bad("name at least one metric")
+        width = min(max(_int(q.get("width", "800"), "width"), MIN_WIDTH), MAX_WIDTH)
+        smooth = _smooth(q.get("smooth", "0"))
+        x = _name(q.get("x", "step"))
+        return _json(await in_thread(lambda: group_series(chosen, wanted, x, width, smooth)))
 
     async def metrics(request: Request) -> Response:
         run = run_of(request)
@@ -163,6 +213,8 @@ def create_app(paths: list[str], *, allowed_hosts: list[str] | None = None) -> S
         Route("/api/runs/{run}/metrics", metrics),
         Route("/api/runs/{run}/config", config),
         Route("/api/runs/{run}/series", series),
+        Route("/api/diff", diff),
+        Route("/api/group", group),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     middleware = (

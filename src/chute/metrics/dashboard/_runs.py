@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ from chute._util.safe_open import inside
 from chute.errors import RunNotFoundError, UnsafeFileError
 
 from .. import _format as F
+from .._query import flatten_config, last_values
 from .._reader import Reader
 from .._source import is_run, run_folder
 
@@ -29,6 +31,8 @@ _RESCAN_S = 3.0
 _PROBES = 16
 _REPROBE = 10
 IDLE_AFTER_S = 300.0
+#: Chart readers kept open at once (an archive's holds a file descriptor).
+MAX_OPEN = 64
 
 
 class NotServed(LookupError):
@@ -72,10 +76,12 @@ class _Slot:
 
 @dataclass
 class Run:
-    """One run: where it lives and two readers of it, each behind its own lock.
+    """One run: where it lives, the charts' reader of it, and its cached summary.
 
-    Charts read through `reads`, the run list through `listing`: a long series read never
-    holds up the list, and the list's summary is kept until a file it depends on changes.
+    Charts read through `reads` (kept open while the run is charted); the run list reads
+    through a reader of its own, opened only when a file the summary depends on changed
+    and closed right after, so listing a thousand runs holds no file open and a long
+    series read never holds up the list.
     """
 
     id: str
@@ -83,7 +89,9 @@ class Run:
     path: str
     root: str
     reads: _Slot = field(default_factory=_Slot)
-    listing: _Slot = field(default_factory=_Slot)
+    #: Told after each chart read, so the index can close the readers used longest ago.
+    opened: Callable[[Run], None] | None = None
+    listing: threading.Lock = field(default_factory=threading.Lock)
     lead: str | None = None
     _lead_files: tuple[str, ...] = ()
     _polls: int = 0
@@ -125,12 +133,16 @@ class Run:
 
     def use(self, fn: Callable[[Reader], T]) -> T:
         """Run `fn` on the charts' reader, refreshed if the run changed since its last use."""
-        with self.reads.lock:
-            try:
-                return fn(self._open(self.reads, self._state()))
-            except FileNotFoundError:
-                self.reads.drop()  # the run moved under us (e.g. zipped): open afresh next time
-                raise
+        try:
+            with self.reads.lock:
+                try:
+                    return fn(self._open(self.reads, self._state()))
+                except FileNotFoundError:
+                    self.reads.drop()  # the run moved (e.g. zipped): open afresh next time
+                    raise
+        finally:
+            if self.opened is not None:
+                self.opened(self)
 
     def check_metric(self, r: Reader, name: str) -> None:
         """Refuse metric names that are not the run's, or whose files lead out of the run."""
@@ -148,36 +160,48 @@ class Run:
                     msg = f"metric {name!r} of run {self.name!r} leaves the run"
                     raise NotServed(msg) from None
 
-    def summary(self) -> dict[str, Any]:
-        """Name, status, last step and last write of the run, or the error reading it."""
+    def summary(self, last: Collection[str] = ()) -> dict[str, Any]:
+        """Name, status, last step and last write of the run, its flattened config under
+        "config" and the last values of the metrics named in `last` under "last" (those
+        the run has), or the error reading it."""
         out: dict[str, Any] = {"id": self.id, "name": self.name}
         try:
-            with self.listing.lock:
-                out.update(self._cached_summary())
+            with self.listing:
+                out.update(self._cached_summary(last))
+                out["last"] = dict(out["last"])  # the cached one may grow while this is sent
         except Exception as e:  # a malformed run is reported in its row, never fatal
-            out.update(status="error", error=f"{type(e).__name__}: {e}")
+            out.update(status="error", error=f"{type(e).__name__}: {e}", config={}, last={})
             return out
         wrote = out["last_write"]
         if out["status"] == "live" and wrote is not None and time.time() - wrote > IDLE_AFTER_S:
             out["status"] = "idle"
         return out
 
-    def _cached_summary(self) -> dict[str, Any]:
+    def _cached_summary(self, last: Collection[str]) -> dict[str, Any]:
         """The last summary while the files it was read from are unchanged. A live run is
         read again every `_REPROBE`th poll (another column may have overtaken the lead);
-        runs start at staggered counts so those polls do not all fall together."""
+        runs start at staggered counts so those polls do not all fall together. Last values
+        asked for the first time are read then, and kept with the summary."""
         state = self._state()
         key, lead_files = self._key(state), self._lead_files
         full = self._polls % _REPROBE == 0
         self._polls += 1
-        last = self._last
-        if last is not None and last[0] == key and (not full or last[1]["status"] == "finished"):
-            return last[1]
-        try:
-            summary = self._summary(self._open(self.listing, state), full)
-        except FileNotFoundError:
-            self.listing.drop()
-            raise
+        cached = self._last
+        if (
+            cached is not None
+            and cached[0] == key
+            and (not full or cached[1]["status"] == "finished")
+        ):
+            summary = cached[1]
+            missing = [n for n in last if n not in summary["last"] and n in summary["names"]]
+            if missing:
+                with Reader(state[1], kind=state[0]) as r:
+                    summary["last"].update(last_values(r, missing))
+            return summary
+        with Reader(state[1], kind=state[0]) as r:
+            summary = self._summary(r, state, full)
+            kept = [n for n in (cached[1]["last"] if cached else ()) if n in summary["names"]]
+            summary["last"] = last_values(r, [*dict.fromkeys([*kept, *last])])
         if self._lead_files != lead_files:  # a new lead: key on its files from now on
             key = self._key(state)
         self._last = (key, summary)
@@ -189,8 +213,8 @@ class Run:
             return state
         return (*state, *(_mtime(os.path.join(state[1], f)) for f in self._lead_files))
 
-    def _summary(self, r: Reader, full: bool) -> dict[str, Any]:
-        kind, state = self.listing.state[0], self.listing.state
+    def _summary(self, r: Reader, state: tuple[Any, ...], full: bool) -> dict[str, Any]:
+        kind = state[0]
         manifest = r.manifest()
         names = r.metrics()
         # The lead is the busiest of a few sampled columns: its last row is the run's last
@@ -209,6 +233,10 @@ class Run:
         if kind == "dir" and self._lead_files:
             files.append(_mtime(os.path.join(state[1], self._lead_files[0])))
         wrote = max((f[0] for f in files if f), default=None)
+        try:
+            config, config_error = flatten_config(r.config()), None
+        except Exception as e:  # the run's rows still list; its config shows the error
+            config, config_error = {}, f"{type(e).__name__}: {e}"
         return {
             "kind": kind,
             "status": "finished" if r.finished else "live",
@@ -216,13 +244,15 @@ class Run:
             "last_write": wrote,
             "metrics": len(names),
             "version": [state[2:], last],
+            "config": config,
+            "config_error": config_error,
+            "names": frozenset(names),
         }
 
     def close(self) -> None:
-        """Close the readers, if open."""
-        for slot in (self.reads, self.listing):
-            with slot.lock:
-                slot.drop()
+        """Close the charts' reader, if open."""
+        with self.reads.lock:
+            self.reads.drop()
 
 
 def _spread(names: list[str], k: int) -> list[str]:
@@ -244,6 +274,7 @@ class RunIndex:
                 raise RunNotFoundError(f"no such run or folder: {p!r}")
             self.roots.append(os.path.realpath(p))
         self._lock = threading.Lock()
+        self._open: OrderedDict[str, Run] = OrderedDict()  # runs with a chart reader open
         self._runs: dict[str, Run] = {}
         self._by_path: dict[str, Run] = {}
         self._scanned = -1e9
@@ -268,6 +299,15 @@ class RunIndex:
         for run in list(self._runs.values()):
             run.close()
 
+    def _opened(self, run: Run) -> None:
+        """Keep at most `MAX_OPEN` chart readers open, closing those used longest ago."""
+        with self._lock:
+            self._open[run.id] = run
+            self._open.move_to_end(run.id)
+            stale = [self._open.popitem(last=False)[1] for _ in range(len(self._open) - MAX_OPEN)]
+        for old in stale:
+            old.close()
+
     def _scan(self) -> None:
         multi = len(self.roots) > 1
         for root in self.roots:
@@ -278,7 +318,7 @@ class RunIndex:
                 rel = os.path.relpath(path, root)
                 name = label if rel == "." else (os.path.join(label, rel) if multi else rel)
                 n = len(self._runs)
-                run = Run(id=f"r{n}", name=name, path=path, root=root, _polls=n % _REPROBE)
+                run = Run(f"r{n}", name, path, root, opened=self._opened, _polls=n % _REPROBE)
                 self._runs[run.id] = run
                 self._by_path[path] = run
         self._scanned = time.monotonic()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ Array = np.ndarray[Any, Any]
 _NONE = (np.zeros(0, F.INDEX_DTYPE), np.zeros(0), np.zeros(0))  # steps, x, y of no rows
 
 
-def _json_floats(a: np.ndarray[Any, Any]) -> list[float | None]:
+def json_floats(a: np.ndarray[Any, Any]) -> list[float | None]:
     return [v if math.isfinite(v) else None for v in a.astype(np.float64).tolist()]
 
 
@@ -59,34 +59,8 @@ def read_series(
     < 0) it also carries the EMA at the kept rows and the EMA state after the last row,
     so the page can extend it.
     """
-    code = r.manifest().get(name, {}).get("dtype")
-    if code == F.JSONL:
-        raise PlotError(f"{name!r} holds text, not numbers")
-    if x != "step" and x not in r.metrics():
-        raise PlotError(f"this run has no metric {x!r} for the x axis")
-    total = r.rows(name)
-    i0 = _first_after(r, name, after, total)
-
-    def rows() -> Iterator[tuple[Array, Array, Array]]:
-        """(steps, x, y) slices of the curve, non-finite x dropped."""
-        if x == "step":
-            for steps, y in _chunks(r, name, i0, total):
-                yield steps, steps, _numbers(y, name)
-            return
-        if x == name:
-            joined: Iterator[tuple[Array, Array, Array]] = (
-                (s, v, v) for s, v in _chunks(r, name, i0, total)
-            )
-        else:
-            xrows = r.rows(x)
-            xs = _chunks(r, x, _first_after(r, x, after, xrows), xrows)
-            joined = _joined(xs, _chunks(r, name, i0, total))
-        for steps, xv, y in joined:
-            xf, yf = _numbers(xv, x), _numbers(y, name)
-            ok = np.isfinite(xf)
-            yield (steps, xf, yf) if ok.all() else (steps[ok], xf[ok], yf[ok])
-
-    span = _step_span(r, name, i0, total) if x == "step" else _x_span(rows(), x)
+    code = check_curve(r, name, x)
+    rows, span = curve(r, name, x=x, after=after)
     smoothing = smooth > 0 and after < 0
     state, count, last = (0.0, 0.0), 0, after
     kept: list[tuple[Array, ...]] = []
@@ -105,16 +79,57 @@ def read_series(
     xk, yk = merged[1], merged[2]
     keep = thin(xk, yk, width, span)
     out: dict[str, Any] = {
-        "x": xk[keep].tolist() if x == "step" else _json_floats(xk[keep]),
-        "y": _json_floats(yk[keep]),
+        "x": xk[keep].tolist() if x == "step" else json_floats(xk[keep]),
+        "y": json_floats(yk[keep]),
         "rows": count,
         "last_step": last,
         "dtype": code or "hot",
     }
     if smoothing:
-        out["s"] = _json_floats(merged[3][keep]) if kept else []
+        out["s"] = json_floats(merged[3][keep]) if kept else []
         out["ema"] = list(state)
     return out
+
+
+def check_curve(r: Reader, name: str, x: str) -> str | None:
+    """The metric's storage code, once it is known to be drawable against `x`."""
+    code = r.manifest().get(name, {}).get("dtype")
+    if code == F.JSONL:
+        raise PlotError(f"{name!r} holds text, not numbers")
+    if x != "step" and x not in r.metrics():
+        raise PlotError(f"this run has no metric {x!r} for the x axis")
+    return code
+
+
+def curve(
+    r: Reader, name: str, *, x: str, after: int
+) -> tuple[Callable[[], Iterator[tuple[Array, Array, Array]]], tuple[float, float] | None]:
+    """The rows of a curve after step `after`: a function giving (steps, x, y) slices of at
+    most `CHUNK` rows (non-finite x dropped; called again, it reads them again), and the
+    first and last x (None when there are no rows). A non-step x is checked to increase."""
+    total = r.rows(name)
+    i0 = _first_after(r, name, after, total)
+
+    def rows() -> Iterator[tuple[Array, Array, Array]]:
+        if x == "step":
+            for steps, y in _chunks(r, name, i0, total):
+                yield steps, steps, _numbers(y, name)
+            return
+        if x == name:
+            joined: Iterator[tuple[Array, Array, Array]] = (
+                (s, v, v) for s, v in _chunks(r, name, i0, total)
+            )
+        else:
+            xrows = r.rows(x)
+            xs = _chunks(r, x, _first_after(r, x, after, xrows), xrows)
+            joined = _joined(xs, _chunks(r, name, i0, total))
+        for steps, xv, y in joined:
+            xf, yf = _numbers(xv, x), _numbers(y, name)
+            ok = np.isfinite(xf)
+            yield (steps, xf, yf) if ok.all() else (steps[ok], xf[ok], yf[ok])
+
+    span = _step_span(r, name, i0, total) if x == "step" else _x_span(rows(), x)
+    return rows, span
 
 
 def _chunks(r: Reader, name: str, start: int, stop: int) -> Iterator[tuple[Array, Array]]:

@@ -1,0 +1,224 @@
+"""The dashboard's runs table and groups over HTTP: config columns, queries, config diffs,
+last values, group curves (mean and min-max band) against a brute-force reference."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("starlette")
+
+import contextlib
+
+import chute.metrics as cm
+
+from .dashboard_util import client, runs_by_name, write_run
+
+SWEEP = [  # (name, lr, depth, seed)
+    ("a", 1e-3, 6, 0),
+    ("b", 1e-3, 6, 1),
+    ("c", 3e-3, 12, 0),
+    ("d", 3e-3, 12, 1),
+]
+
+
+def _sweep(root, steps=50):
+    for name, lr, depth, seed in SWEEP:
+        with cm.DirectWriter(root / name) as w:
+            w.set_config({"lr": lr, "model": {"depth": depth, "act": "gelu"}, "seed": seed})
+            for s in range(steps):
+                w.write(loss=float(lr * 1000 + depth + seed + s / steps))
+                w.end_step()
+    return root
+
+
+def _listing(c, **params):
+    res = c.get("/api/runs", params=params)
+    assert res.status_code == 200, res.text
+    return res.json()
+
+
+def test_rows_carry_the_differing_config_keys_flattened(tmp_path):
+    with client(_sweep(tmp_path)) as c:
+        answer = _listing(c)
+        assert answer["total"] == 4 and len(answer["runs"]) == 4
+        assert answer["differ"] == ["lr", "model.depth", "seed"]  # not model.act: all equal
+        assert answer["keys"] == ["lr", "model.act", "model.depth", "seed"]
+        row = {r["name"]: r for r in answer["runs"]}["c"]
+        assert row["config"] == {"lr": 3e-3, "model.depth": 12, "seed": 0}
+        asked = _listing(c, column="model.act")  # a column the user added
+        assert {r["config"]["model.act"] for r in asked["runs"]} == {"gelu"}
+
+
+def test_a_query_filters_the_rows_and_the_differing_keys_follow(tmp_path):
+    with client(_sweep(tmp_path)) as c:
+        answer = _listing(c, where="lr > 2e-3 and model.depth == 12")
+        assert sorted(r["name"] for r in answer["runs"]) == ["c", "d"] and answer["total"] == 4
+        assert answer["differ"] == ["seed"]  # among the listed runs only seed differs
+        names = lambda q: sorted(r["name"] for r in _listing(c, where=q)["runs"])  # noqa: E731
+        assert names("seed == 0 or run == 'b'") == ["a", "b", "c"]
+        assert names("status == 'finished'") == []  # closed, not finished
+        assert names("status == 'live' and step >= 49") == ["a", "b", "c", "d"]
+        assert names("config.seed == 1") == ["b", "d"]
+        assert names("run ~ '^[cd]$'") == ["c", "d"]
+        assert names("") == ["a", "b", "c", "d"]
+
+
+def test_a_bad_query_is_400_naming_the_problem(tmp_path):
+    with client(_sweep(tmp_path)) as c:
+        for q in ["lr >", "(seed == 1", "lr >> 2", "name ~ '('"]:
+            res = c.get("/api/runs", params={"where": q})
+            assert res.status_code == 400, q
+            assert res.text and "Internal" not in res.text, q
+
+
+def test_last_values_of_chosen_metrics_and_queries_on_them(tmp_path):
+    w = write_run(tmp_path / "live", steps=20)
+    try:
+        with client(tmp_path) as c:
+            (row,) = _listing(c, last=["loss", "note", "nope"])["runs"]
+            with cm.Reader(tmp_path / "live") as r:
+                assert row["last"]["loss"] == float(r.metric_values("loss")[-1])
+            assert row["last"]["note"] == "eval 10" and "nope" not in row["last"]
+            assert len(_listing(c, where="loss < 10", last="loss")["runs"]) == 1
+            w.write(loss=123.0, walltime=1.0, lr=1.0)
+            w.end_step()
+            w.flush()
+            (row,) = _listing(c, last="loss")["runs"]
+            assert row["last"]["loss"] == 123.0  # the run changed: read again
+    finally:
+        w.close()
+
+
+def test_non_finite_config_values_list_as_text(tmp_path):
+    with cm.DirectWriter(tmp_path / "r") as w:
+        w.set_config({"clip": float("inf"), "wd": float("nan"), "betas": [0.9, 0.95]})
+        w.write(loss=1.0)
+        w.end_step()
+    write_run(tmp_path / "other", steps=3).close()
+    with client(tmp_path) as c:
+        rows = {r["name"]: r for r in _listing(c)["runs"]}
+        assert rows["r"]["config"] == {"clip": "inf", "wd": "nan", "betas": [0.9, 0.95]}
+
+
+def test_config_diff_of_chosen_runs(tmp_path):
+    with client(_sweep(tmp_path)) as c:
+        ids = {n: r["id"] for n, r in runs_by_name(c).items()}
+        res = c.get("/api/diff", params={"run": [ids["a"], ids["c"]]}).json()
+        assert res["runs"] == ["a", "c"]
+        assert {k["key"]: k["values"] for k in res["keys"]} == {
+            "lr": [1e-3, 3e-3],
+            "model.depth": [6, 12],
+        }
+        same = c.get("/api/diff", params={"run": [ids["a"], ids["a"]]}).json()
+        assert same["keys"] == []
+        assert c.get("/api/diff").status_code == 400
+        assert c.get("/api/diff", params={"run": "r999"}).status_code == 404
+
+
+def _group(c, ids, metric="loss", **params):
+    res = c.get("/api/group", params={"run": ids, "metric": metric, **params})
+    assert res.status_code == 200, res.text
+    return res.json()["series"][metric]
+
+
+def _reference(columns, width):
+    """Per bucket over the shared span: mean over runs of each run's mean, min, max, count."""
+    lo = min(x[0] for x, _ in columns)
+    hi = max(x[-1] for x, _ in columns)
+    edges = np.linspace(lo, hi, width + 1)
+    out = {"x": [], "mean": [], "min": [], "max": [], "n": []}
+    for b in range(width):
+        means, xs, values = [], [], []
+        for x, y in columns:
+            inb = (x >= edges[b]) & ((x < edges[b + 1]) if b < width - 1 else (x <= hi))
+            if inb.any():
+                means.append(y[inb].mean())
+                xs.append(x[inb].mean())
+                values.append(y[inb])
+        if means:
+            out["x"].append(np.mean(xs))
+            out["mean"].append(np.mean(means))
+            out["min"].append(np.concatenate(values).min())
+            out["max"].append(np.concatenate(values).max())
+            out["n"].append(len(means))
+    return out
+
+
+def test_a_group_is_the_mean_of_its_runs_with_a_min_max_band_of_real_rows(tmp_path):
+    rng = np.random.default_rng(0)
+    columns = []
+    for i, (every, steps) in enumerate([(1, 3000), (3, 2400), (7, 3500)]):
+        x = np.arange(0, steps, every)
+        y = rng.normal(i, 1.0, len(x))
+        with cm.DirectWriter(tmp_path / f"r{i}") as w:
+            values = dict(zip(x.tolist(), y.tolist(), strict=True))
+            for s in range(steps):
+                if s in values:
+                    w.write(loss=values[s])
+                w.end_step()
+        columns.append((x.astype(float), y))
+    with client(tmp_path) as c:
+        ids = [r["id"] for r in runs_by_name(c).values()]
+        got = _group(c, ids, width=50)
+        want = _reference(columns, 50)
+        assert got["runs"] == 3 and got["rows"] == sum(len(x) for x, _ in columns)
+        for key in ("x", "mean", "min", "max"):
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-9, err_msg=key)
+        assert got["n"] == want["n"] and max(got["n"]) == 3 and min(got["n"]) == 1
+        one = _group(c, ids[:1], width=50)
+        assert one["runs"] == 1 and one["n"] == [1] * len(one["x"])
+
+
+def test_a_group_leaves_out_runs_that_cannot_draw_and_names_them(tmp_path):
+    _sweep(tmp_path)
+    with cm.DirectWriter(tmp_path / "textual") as w:
+        w.write(loss="high")
+        w.end_step()
+    with client(tmp_path) as c:
+        ids = {n: r["id"] for n, r in runs_by_name(c).items()}
+        got = _group(c, [ids["a"], ids["textual"]])
+        assert got["runs"] == 1 and "holds text" in got["errors"]["textual"]
+        by_x = _group(c, [ids["a"], ids["b"]], x="walltime")
+        assert by_x["runs"] == 0 and by_x["x"] == [] and set(by_x["errors"]) == {"a", "b"}
+        assert c.get("/api/group", params={"run": ids["a"]}).status_code == 400
+
+
+def test_a_smoothed_group_is_computed_over_each_runs_smoothed_rows(tmp_path):
+    from chute.metrics._smooth import ema
+
+    _sweep(tmp_path, steps=40)
+    with client(tmp_path) as c:
+        ids = {n: r["id"] for n, r in runs_by_name(c).items()}
+        got = _group(c, [ids["a"], ids["b"]], smooth=0.8, width=40)
+        cols = []
+        for n in ("a", "b"):
+            with cm.Reader(tmp_path / n) as r:
+                steps, y = r.metric("loss")
+            cols.append((steps.astype(float), ema(y, 0.8)[0]))
+        np.testing.assert_allclose(got["mean"], _reference(cols, 40)["mean"], rtol=1e-9)
+
+
+def test_chart_readers_open_at_once_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr("chute.metrics.dashboard._runs.MAX_OPEN", 2)
+    for i in range(5):
+        write_run(tmp_path / f"r{i}", steps=20, finish=True)
+
+    def archives_open():  # distinct runs with their archive open
+        fds = os.listdir("/proc/self/fd")
+        links = []
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return len({link for link in links if link.endswith("metrics.plattli")})
+
+    with client(tmp_path) as c:
+        for run in runs_by_name(c).values():
+            res = c.get(f"/api/runs/{run['id']}/series", params={"metric": "loss"}).json()
+            assert len(res["series"]["loss"]["y"]) == 20
+        assert archives_open() <= 2
+        body = json.dumps(_listing(c))
+        assert "NaN" not in body
