@@ -25,5 +25,10 @@ setup(
             sources=["src/chute/_native/sampler_module.c"],
             extra_compile_args=_CFLAGS,
         ),
+        Extension(
+            "chute._native._curves",
+            sources=["src/chute/_native/curves_module.c"],
+            extra_compile_args=_CFLAGS,
+        ),
     ],
 )

@@ -1,9 +1,10 @@
 """The typed face of chute's compiled core. Only `chute.store`, the samplers
-(`chute.loader._sampler`) and the in-place loader's slab pool (`chute.insitu._shared`, for
-CRC-32C) import it."""
+(`chute.loader._sampler`), the in-place loader's slab pool (`chute.insitu._shared`, for
+CRC-32C) and the metric curves (`chute.metrics._smooth`) import it."""
 
 from chute._native import _sampler as sampler_codes  # MODE_* sampler mode codes
 from chute._native import _zrecord as codes  # GE_* gather error codes, MAX_RECORD
+from chute._native._curves import ema, extremes
 from chute._native._sampler import fill, fill_window
 from chute._native._zrecord import (
     chunks_from_buffers,
@@ -26,6 +27,8 @@ __all__ = [
     "codes",
     "compress",
     "crc32c",
+    "ema",
+    "extremes",
     "fill",
     "fill_window",
     "gather",

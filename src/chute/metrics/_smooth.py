@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from chute import _native
 from chute.errors import PlotError
 
 Array = np.ndarray[Any, Any]
@@ -14,7 +15,7 @@ Array = np.ndarray[Any, Any]
 def ema(
     values: Array, factor: float, state: tuple[float, float] = (0.0, 0.0)
 ) -> tuple[Array, float, float]:
-    """Debiased exponential moving average of `values`, vectorised.
+    """Debiased exponential moving average of `values` (one pass in the compiled core).
 
     Non-finite values neither move nor decay the average: they carry the previous
     smoothed value (NaN before the first finite one). Returns the smoothed curve and
@@ -31,27 +32,10 @@ def ema(
     """
     if not 0 <= factor < 1:
         raise PlotError(f"smoothing factor must be in [0, 1), got {factor}")
-    acc0, weight0 = state
-    vals = np.asarray(values, dtype=np.float64)
-    finite = np.isfinite(vals)
-    v = vals[finite]
-    n = len(v)
-    acc = (1 - factor) * v
-    # Prefix scan of acc[j] = factor * acc[j-1] + (1-factor) * v[j] in log2(n) vector passes;
-    # factor**d underflows to 0 long before d reaches n for any factor not close to 1.
-    d, p = 1, factor
-    while d < n and p > 0:
-        acc[d:] += p * acc[:-d]
-        d, p = d * 2, p * p
-    decay = np.cumprod(np.full(n, factor))  # factor ** (j + 1)
-    if acc0 or weight0:
-        acc += decay * acc0
-    weight = 1 - decay * (1 - weight0)
-    smooth = acc / weight if n else acc
-    pos = np.cumsum(finite) - 1
-    before = acc0 / weight0 if weight0 > 0 else np.nan  # what rows before the first carry
-    out = np.where(pos >= 0, smooth[np.maximum(pos, 0)] if n else before, before)
-    return out, float(acc[-1]) if n else acc0, float(weight[-1]) if n else weight0
+    vals = np.ascontiguousarray(values, dtype=np.float64)
+    out = np.empty_like(vals)
+    acc, weight = _native.ema(vals, float(factor), float(state[0]), float(state[1]), out)
+    return out, acc, weight
 
 
 def thin(x: Array, y: Array, buckets: int, span: tuple[float, float] | None = None) -> Array:
@@ -76,16 +60,7 @@ def thin(x: Array, y: Array, buckets: int, span: tuple[float, float] | None = No
     else:
         edges = np.searchsorted(x, np.linspace(x0, x1, buckets + 1)[:-1], side="left")
     starts = np.unique(edges)
-    starts = starts[starts < n]  # buckets after this slice of the span
-    ends = np.append(starts[1:], n)
-    yf = np.asarray(y, dtype=np.float64)
-    lo = np.fmin.reduceat(yf, starts)
-    hi = np.fmax.reduceat(yf, starts)
-    idx = np.arange(n)
-    counts = ends - starts
-    big = np.int64(n)
-    at_lo = np.minimum.reduceat(np.where(yf == np.repeat(lo, counts), idx, big), starts)
-    at_hi = np.minimum.reduceat(np.where(yf == np.repeat(hi, counts), idx, big), starts)
-    at_lo = np.where(at_lo == big, starts, at_lo)  # all-NaN bucket
-    at_hi = np.where(at_hi == big, starts, at_hi)
-    return np.unique(np.concatenate([starts, ends - 1, at_lo, at_hi]))
+    starts = np.ascontiguousarray(starts[starts < n], dtype=np.int64)  # buckets in this slice
+    keep = np.empty(4 * len(starts), dtype=np.int64)
+    count = _native.extremes(np.ascontiguousarray(y, dtype=np.float64), starts, keep)
+    return keep[:count]
