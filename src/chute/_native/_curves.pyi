@@ -7,6 +7,7 @@ def ema(
     acc: float,
     weight: float,
     out: npt.NDArray[np.float64],
+    at: npt.NDArray[np.int64] | None,
 ) -> tuple[float, float]: ...
 def extremes(
     y: npt.NDArray[np.float64], starts: npt.NDArray[np.int64], out: npt.NDArray[np.int64]

@@ -28,41 +28,58 @@ static int get_view(PyObject *obj, Py_buffer *view, const char *what, char type,
     return 0;
 }
 
-/* ema(values, factor, acc, weight, out) -> (acc, weight): out[i] is the debiased EMA after
- * row i; a non-finite value neither moves nor decays it (the previous smoothed value, NaN
- * before any finite one, is carried). */
+/* ema(values, factor, acc, weight, out, at) -> (acc, weight): the debiased EMA after each
+ * row, written to out at every row (at None) or at the rows listed in at (increasing, inside
+ * values; out as long as at); a non-finite value neither moves nor decays it (the previous
+ * smoothed value, NaN before any finite one, is carried). */
 static PyObject *ema(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) return PyErr_Format(PyExc_TypeError, "ema takes 5 arguments");
+    if (nargs != 6) return PyErr_Format(PyExc_TypeError, "ema takes 6 arguments");
     double f = PyFloat_AsDouble(args[1]), acc = PyFloat_AsDouble(args[2]),
            w = PyFloat_AsDouble(args[3]);
     if (PyErr_Occurred()) return NULL;
     if (!(f >= 0 && f < 1)) return PyErr_Format(PyExc_ValueError, "factor must be in [0, 1)");
-    Py_buffer in, out;
+    Py_buffer in, out, atv = {0};
+    int have_at = args[5] != Py_None;
     if (get_view(args[0], &in, "values", 'd', 0) < 0) return NULL;
     if (get_view(args[4], &out, "out", 'd', 1) < 0) {
         PyBuffer_Release(&in);
         return NULL;
     }
-    if (out.len != in.len) {
+    if (have_at && get_view(args[5], &atv, "at", 'q', 0) < 0) {
         PyBuffer_Release(&in);
         PyBuffer_Release(&out);
-        return PyErr_Format(PyExc_ValueError, "out must be as long as values");
+        return NULL;
+    }
+    size_t n = (size_t)in.len / 8, m = have_at ? (size_t)atv.len / 8 : n;
+    const int64_t *at = have_at ? atv.buf : NULL;
+    const char *error = (size_t)out.len / 8 != m ? "out must be as long as values, or at" : NULL;
+    for (size_t k = 0; k < m && at && !error; k++)
+        if (at[k] < 0 || (size_t)at[k] >= n || (k && at[k] <= at[k - 1]))
+            error = "at must increase strictly inside values";
+    if (error) {
+        PyBuffer_Release(&in);
+        PyBuffer_Release(&out);
+        if (have_at) PyBuffer_Release(&atv);
+        return PyErr_Format(PyExc_ValueError, "%s", error);
     }
     const double *v = in.buf;
     double *dst = out.buf;
-    size_t n = (size_t)in.len / 8;
     PyThreadState *state = n >= NOGIL_MIN ? PyEval_SaveThread() : NULL;
     const double g = 1 - f;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0, k = 0; i < n; i++) {
         if (isfinite(v[i])) {
             acc = f * acc + g * v[i];
             w = f * w + g;
         }
-        dst[i] = w > 0 ? acc / w : NAN;
+        if (!at)
+            dst[i] = w > 0 ? acc / w : NAN;
+        else if (k < m && (size_t)at[k] == i)
+            dst[k++] = w > 0 ? acc / w : NAN;
     }
     if (state) PyEval_RestoreThread(state);
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);
+    if (have_at) PyBuffer_Release(&atv);
     return Py_BuildValue("(dd)", acc, w);
 }
 

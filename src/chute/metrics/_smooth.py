@@ -13,7 +13,10 @@ Array = np.ndarray[Any, Any]
 
 
 def ema(
-    values: Array, factor: float, state: tuple[float, float] = (0.0, 0.0)
+    values: Array,
+    factor: float,
+    state: tuple[float, float] = (0.0, 0.0),
+    at: Array | None = None,
 ) -> tuple[Array, float, float]:
     """Debiased exponential moving average of `values` (one pass in the compiled core).
 
@@ -21,7 +24,8 @@ def ema(
     smoothed value (NaN before the first finite one). Returns the smoothed curve and
     the final ``(acc, weight)`` state, so a caller can continue it over appended rows
     with ``acc = factor * acc + (1 - factor) * v; weight = factor * weight + (1 - factor)``,
-    or pass it back as `state` to smooth the next slice of a long curve.
+    or pass it back as `state` to smooth the next slice of a long curve. With `at`
+    (increasing row positions) only the smoothed values at those rows come back.
 
     >>> out, acc, weight = ema(np.array([1.0, 3.0, np.nan, 3.0]), 0.5)
     >>> out.round(3).tolist()
@@ -29,12 +33,15 @@ def ema(
     >>> head = ema(np.array([1.0, 3.0]), 0.5)
     >>> ema(np.array([np.nan, 3.0]), 0.5, state=head[1:])[0].round(3).tolist()
     [2.333, 2.714]
+    >>> ema(np.array([1.0, 3.0, np.nan, 3.0]), 0.5, at=np.array([1, 3]))[0].round(3).tolist()
+    [2.333, 2.714]
     """
     if not 0 <= factor < 1:
         raise PlotError(f"smoothing factor must be in [0, 1), got {factor}")
     vals = np.ascontiguousarray(values, dtype=np.float64)
-    out = np.empty_like(vals)
-    acc, weight = _native.ema(vals, float(factor), float(state[0]), float(state[1]), out)
+    rows = None if at is None else np.ascontiguousarray(at, dtype=np.int64)
+    out = np.empty(len(vals) if rows is None else len(rows))
+    acc, weight = _native.ema(vals, float(factor), float(state[0]), float(state[1]), out, rows)
     return out, acc, weight
 
 

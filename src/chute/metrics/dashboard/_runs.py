@@ -9,8 +9,10 @@ opens no file of a run that resolves outside the run or is not a regular file.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
@@ -98,11 +100,18 @@ class Run:
     _last: tuple[tuple[Any, ...], dict[str, Any]] | None = None
 
     # -- files -------------------------------------------------------------------------------
-    def _zip(self) -> str | None:
+    def _zip(self) -> tuple[str, os.stat_result] | None:
+        """The run's archive and its stat, if it has one (one lstat when it is no link)."""
         for cand in (self.path, os.path.join(self.path, F.ZIP_NAME)):
-            if os.path.isfile(cand):
-                inside(cand, self.path)  # a run folder's archive linked from elsewhere
-                return cand
+            try:
+                st = os.lstat(cand)
+                if stat.S_ISLNK(st.st_mode):
+                    inside(cand, self.path)  # a run folder's archive linked from elsewhere
+                    st = os.stat(cand)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if stat.S_ISREG(st.st_mode):
+                return cand, st
         return None
 
     def _dir(self) -> str:
@@ -115,7 +124,7 @@ class Run:
         """What changes when a writer adds metrics or hot rows, or the run is finished."""
         z = self._zip()
         if z is not None:
-            return ("zip", z, _mtime(z))
+            return ("zip", z[0], (z[1].st_mtime, z[1].st_size))
         d = self._dir()
         return ("dir", d, *(_mtime(os.path.join(d, f)) for f in (F.MANIFEST, F.HOT, F.CONFIG)))
 
@@ -180,7 +189,8 @@ class Run:
     def _cached_summary(self, last: Collection[str]) -> dict[str, Any]:
         """The last summary while the files it was read from are unchanged. A live run is
         read again every `_REPROBE`th poll (another column may have overtaken the lead);
-        runs start at staggered counts so those polls do not all fall together. Last values
+        each run starts at a count drawn from its path, so that those polls do not fall
+        together, however the live runs lie among the others. Last values
         asked for the first time are read then, and kept with the summary."""
         state = self._state()
         key, lead_files = self._key(state), self._lead_files
@@ -312,20 +322,22 @@ class RunIndex:
         multi = len(self.roots) > 1
         for root in self.roots:
             label = os.path.basename(root) or root
-            for path in _find_runs(root):
+            for path in _find_runs(root, self._by_path.keys()):
                 if path in self._by_path:
                     continue
                 rel = os.path.relpath(path, root)
                 name = label if rel == "." else (os.path.join(label, rel) if multi else rel)
                 n = len(self._runs)
-                run = Run(f"r{n}", name, path, root, opened=self._opened, _polls=n % _REPROBE)
+                offset = zlib.crc32(path.encode()) % _REPROBE
+                run = Run(f"r{n}", name, path, root, opened=self._opened, _polls=offset)
                 self._runs[run.id] = run
                 self._by_path[path] = run
         self._scanned = time.monotonic()
 
 
-def _find_runs(root: str) -> Iterator[str]:
-    """Real paths of the runs at or under `root`, never leaving it through a link."""
+def _find_runs(root: str, known: Collection[str] = ()) -> Iterator[str]:
+    """Real paths of the runs at or under `root`, never leaving it through a link. Paths in
+    `known` are taken for runs without a look inside (a rescan opens no known archive)."""
     if is_run(root):
         yield root
         return
@@ -341,12 +353,14 @@ def _find_runs(root: str) -> Iterator[str]:
             full = os.path.realpath(os.path.join(dirpath, d))
             if not _inside(full, root):
                 continue
-            if d != F.DIR_NAME and is_run(full):
+            if d != F.DIR_NAME and (full in known or is_run(full)):
                 yield full
             elif d != F.DIR_NAME:
                 keep.append(d)
         dirnames[:] = keep
         for f in sorted(filenames):
             full = os.path.realpath(os.path.join(dirpath, f))
-            if f.endswith(".plattli") and _inside(full, root) and f != F.ZIP_NAME and is_run(full):
+            if not (f.endswith(".plattli") and _inside(full, root) and f != F.ZIP_NAME):
+                continue
+            if full in known or is_run(full):
                 yield full

@@ -68,13 +68,13 @@ def read_series(
         if not len(steps):
             continue
         count, last = count + len(steps), int(steps[-1])
-        cols = [steps, xv, y]
-        if smoothing:
-            s, acc, weight = ema(y, smooth, state)
+        keep = thin(xv, y, width, span)
+        cols = [steps[keep], xv[keep], y[keep]]
+        if smoothing:  # the EMA runs over every row, but is kept only at the rows kept
+            s, acc, weight = ema(y, smooth, state, at=keep)
             state = (acc, weight)
             cols.append(s)
-        keep = thin(xv, y, width, span)
-        kept.append(tuple(c[keep] for c in cols))
+        kept.append(tuple(cols))
     merged: list[Array] = [np.concatenate(c) for c in zip(*kept, strict=True)] or list(_NONE)
     xk, yk = merged[1], merged[2]
     keep = thin(xk, yk, width, span)
