@@ -60,6 +60,17 @@ def test_ema_equals_the_recurrence(y, factor, state):
     assert np.isclose(got[1], want[1]) and np.isclose(got[2], want[2])
 
 
+@settings(max_examples=200, deadline=None)
+@given(values, st.floats(0, 0.999), st.data())
+def test_ema_at_some_rows_is_the_whole_ema_there(y, factor, data):
+    y = np.array(y, dtype=np.float64)
+    at = np.array(sorted(data.draw(st.sets(st.integers(0, max(0, len(y) - 1)))) if len(y) else []))
+    whole = ema(y, factor)
+    part = ema(y, factor, at=at.astype(np.int64))
+    np.testing.assert_array_equal(part[0], whole[0][at.astype(np.int64)])
+    assert part[1:] == whole[1:]
+
+
 @settings(max_examples=300, deadline=None)
 @given(values, st.integers(1, 40), st.booleans(), st.integers(0, 3))
 def test_thin_keeps_each_buckets_first_last_and_extremes(y, buckets, with_span, repeats):
@@ -82,11 +93,16 @@ def test_hostile_buffers_are_refused_not_read():
             lambda: _native.extremes(y, np.arange(5, dtype=np.int64), out[:8]),  # out short
             lambda: _native.extremes(y[::2], np.array([0], np.int64), out),  # not contiguous
             lambda: _native.extremes(y, np.array([0], np.int64), out.astype(np.float64)),
-            lambda: _native.ema(y, 0.5, 0.0, 0.0, np.empty(3)),  # out of another length
-            lambda: _native.ema(y, 1.5, 0.0, 0.0, np.empty(10)),
-            lambda: _native.ema(y, 0.5, 0.0, 0.0, np.empty(10).view(np.int64)),
-            lambda: _native.ema(y, 0.5, 0.0, 0.0, b"x" * 80),  # read-only out
-            lambda: _native.ema(y.view(np.uint8)[1:81], 0.5, 0.0, 0.0, np.empty(10)),
+            lambda: _native.ema(y, 0.5, 0.0, 0.0, np.empty(3), None),  # out of another length
+            lambda: _native.ema(y, 1.5, 0.0, 0.0, np.empty(10), None),
+            lambda: _native.ema(y, 0.5, 0.0, 0.0, np.empty(10).view(np.int64), None),
+            lambda: _native.ema(y, 0.5, 0.0, 0.0, b"x" * 80, None),  # read-only out
+            lambda: _native.ema(y.view(np.uint8)[1:81], 0.5, 0.0, 0.0, np.empty(10), None),
+            lambda: _native.ema(y, 0.5, 0.0, 0.0, np.empty(2), np.array([3, 10])),  # past the end
+            lambda: _native.ema(y, 0.5, 0.0, 0.0, np.empty(2), np.array([4, 4])),
+            lambda: _native.ema(y, 0.5, 0.0, 0.0, np.empty(1), np.array([-1])),
+            lambda: _native.ema(y, 0.5, 0.0, 0.0, np.empty(3), np.array([1, 2])),  # out long
+            lambda: _native.ema(y, 0.5, 0.0, 0.0, np.empty(2), np.array([1, 2], np.int32)),
         ]
         for call in bad:
             try:

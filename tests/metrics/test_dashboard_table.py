@@ -222,3 +222,15 @@ def test_chart_readers_open_at_once_are_bounded(tmp_path, monkeypatch):
         assert archives_open() <= 2
         body = json.dumps(_listing(c))
         assert "NaN" not in body
+
+
+def test_a_damaged_archive_lists_as_a_run_in_error_not_as_nothing(tmp_path):
+    write_run(tmp_path / "good", steps=5, finish=True)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "metrics.plattli").write_bytes(b"PK\x03\x04 not really a zip")
+    (tmp_path / "loose.plattli").write_bytes(b"garbage")
+    with client(tmp_path) as c:
+        runs = runs_by_name(c)
+        assert runs["good"]["status"] == "finished"
+        for name in ("bad", "loose.plattli"):
+            assert runs[name]["status"] == "error" and "zip" in runs[name]["error"].lower()

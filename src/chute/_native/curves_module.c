@@ -28,6 +28,50 @@ static int get_view(PyObject *obj, Py_buffer *view, const char *what, char type,
     return 0;
 }
 
+/* The EMA recurrence acc = f acc + (1 - f) v, w = f w + (1 - f) over finite values, four
+ * rows at a time where all four are finite: each of the four is computed from the state
+ * before them, so the chain of dependent operations is one per four rows, not four. */
+static void ema_run(const double *v, size_t n, double f, double *acc_io, double *w_io,
+                    double *dst, const int64_t *at, size_t m) {
+    const double g = 1 - f, p[5] = {1, f, f * f, f * f * f, f * f * f * f};
+    double acc = *acc_io, w = *w_io, a[4], ws[4];
+    size_t i = 0, k = 0;
+    while (i < n) {
+        size_t step = 1;
+        if (i + 4 <= n && isfinite(v[i]) && isfinite(v[i + 1]) && isfinite(v[i + 2]) &&
+            isfinite(v[i + 3])) {
+            double s1 = v[i], s2 = f * s1 + v[i + 1], s3 = f * s2 + v[i + 2],
+                   s4 = f * s3 + v[i + 3];
+            a[0] = p[1] * acc + g * s1;
+            a[1] = p[2] * acc + g * s2;
+            a[2] = p[3] * acc + g * s3;
+            a[3] = p[4] * acc + g * s4;
+            for (int j = 0; j < 4; j++) ws[j] = p[j + 1] * w + (1 - p[j + 1]);
+            step = 4;
+        } else {
+            if (isfinite(v[i])) {
+                acc = f * acc + g * v[i];
+                w = f * w + g;
+            }
+            a[0] = acc;
+            ws[0] = w;
+        }
+        if (!at) {
+            for (size_t j = 0; j < step; j++) dst[i + j] = ws[j] > 0 ? a[j] / ws[j] : NAN;
+        } else {
+            for (; k < m && (size_t)at[k] < i + step; k++) {
+                size_t j = (size_t)at[k] - i;
+                dst[k] = ws[j] > 0 ? a[j] / ws[j] : NAN;
+            }
+        }
+        acc = a[step - 1];
+        w = ws[step - 1];
+        i += step;
+    }
+    *acc_io = acc;
+    *w_io = w;
+}
+
 /* ema(values, factor, acc, weight, out, at) -> (acc, weight): the debiased EMA after each
  * row, written to out at every row (at None) or at the rows listed in at (increasing, inside
  * values; out as long as at); a non-finite value neither moves nor decays it (the previous
@@ -65,17 +109,7 @@ static PyObject *ema(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     const double *v = in.buf;
     double *dst = out.buf;
     PyThreadState *state = n >= NOGIL_MIN ? PyEval_SaveThread() : NULL;
-    const double g = 1 - f;
-    for (size_t i = 0, k = 0; i < n; i++) {
-        if (isfinite(v[i])) {
-            acc = f * acc + g * v[i];
-            w = f * w + g;
-        }
-        if (!at)
-            dst[i] = w > 0 ? acc / w : NAN;
-        else if (k < m && (size_t)at[k] == i)
-            dst[k++] = w > 0 ? acc / w : NAN;
-    }
+    ema_run(v, n, f, &acc, &w, dst, at, m);
     if (state) PyEval_RestoreThread(state);
     PyBuffer_Release(&in);
     PyBuffer_Release(&out);

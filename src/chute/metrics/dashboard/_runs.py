@@ -26,7 +26,7 @@ from chute.errors import RunNotFoundError, UnsafeFileError
 from .. import _format as F
 from .._query import flatten_config, last_values
 from .._reader import Reader
-from .._source import is_run, run_folder
+from .._source import is_run, is_run_dir, run_folder
 
 T = TypeVar("T")
 _RESCAN_S = 3.0
@@ -335,9 +335,18 @@ class RunIndex:
         self._scanned = time.monotonic()
 
 
+def _looks_like_run(path: str) -> bool:
+    """A folder of columns, or a folder holding a regular `metrics.plattli` that does not
+    lead out of it. An archive is not opened here: a damaged one lists as a run in error."""
+    if is_run_dir(path):
+        return True
+    archive = os.path.join(path, F.ZIP_NAME)
+    return os.path.isfile(archive) and _inside(os.path.realpath(archive), path)
+
+
 def _find_runs(root: str, known: Collection[str] = ()) -> Iterator[str]:
     """Real paths of the runs at or under `root`, never leaving it through a link. Paths in
-    `known` are taken for runs without a look inside (a rescan opens no known archive)."""
+    `known` are taken for runs without a look inside (a rescan reads nothing of them)."""
     if is_run(root):
         yield root
         return
@@ -353,7 +362,7 @@ def _find_runs(root: str, known: Collection[str] = ()) -> Iterator[str]:
             full = os.path.realpath(os.path.join(dirpath, d))
             if not _inside(full, root):
                 continue
-            if d != F.DIR_NAME and (full in known or is_run(full)):
+            if d != F.DIR_NAME and (full in known or _looks_like_run(full)):
                 yield full
             elif d != F.DIR_NAME:
                 keep.append(d)
@@ -362,5 +371,5 @@ def _find_runs(root: str, known: Collection[str] = ()) -> Iterator[str]:
             full = os.path.realpath(os.path.join(dirpath, f))
             if not (f.endswith(".plattli") and _inside(full, root) and f != F.ZIP_NAME):
                 continue
-            if full in known or is_run(full):
+            if full in known or os.path.isfile(full):
                 yield full

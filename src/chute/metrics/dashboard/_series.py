@@ -16,7 +16,7 @@ from .._smooth import ema, thin
 
 MIN_WIDTH, MAX_WIDTH = 16, 8192
 #: Rows read and thinned at a time: a curve never holds more of its column than this.
-CHUNK = 1 << 17
+CHUNK = 1 << 19
 Array = np.ndarray[Any, Any]
 _NONE = (np.zeros(0, F.INDEX_DTYPE), np.zeros(0), np.zeros(0))  # steps, x, y of no rows
 
