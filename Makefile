@@ -116,6 +116,7 @@ bench:
 	$(BENCH)/python bench/shuffle.py --plot
 	$(BENCH)/python bench/loader.py --plot
 	$(BENCH)/python bench/metrics.py --plot bench/results/metrics.png
+	$(BENCH)/python bench/dashboard.py --plot bench/results/dashboard.png
 	$(BENCH)/python bench/insitu.py --s3 --plot
 	$(BENCH)/python bench/scale.py --plot
 	$(BENCH)/python bench/remote.py --rounds 2

@@ -9,7 +9,15 @@ import zipfile
 import numpy as np
 import pytest
 
-from chute.metrics import BulkWriter, CompactingWriter, DirectWriter, Reader, WriterClosedError
+from chute.metrics import (
+    BulkWriter,
+    CompactingWriter,
+    DirectWriter,
+    MetricValueError,
+    MetricWrittenTwiceError,
+    Reader,
+    WriterClosedError,
+)
 
 WRITERS = {
     "direct": lambda p, **kw: DirectWriter(p, **kw),
@@ -358,6 +366,62 @@ def test_compacting_hot_log_and_flush(tmp_path):
     assert not hot.exists()
     with Reader(tmp_path) as r:
         assert r.metric("a")[1].tolist() == list(range(40))
+
+
+def test_compacting_declares_new_metrics_and_makes_their_files_with_the_first_rows(tmp_path):
+    w = CompactingWriter(tmp_path, hotsize=8)
+    names = [f"m{i:03d}" for i in range(300)]
+    w.write({n: 0.5 for n in names})
+    w.end_step()
+    pdir = tmp_path / "plattli"
+    manifest = json.loads((pdir / "plattli.json").read_text())
+    assert all(manifest[n]["dtype"] == "f64" for n in names)  # declared with their dtype
+    assert not list(pdir.glob("m*.f64"))  # no file yet: the rows are in the hot log
+    with Reader(tmp_path) as r:
+        assert r.metric("m007")[1].tolist() == [0.5]
+    for s in range(1, 20):
+        w.write({n: float(s) for n in names})
+        w.end_step()
+    w.finish(zip=False)
+    with Reader(tmp_path) as r:
+        assert r.metric("m299")[1].tolist() == [0.5, *map(float, range(1, 20))]
+    assert len(list(pdir.glob("m*.f64"))) == 300
+
+
+@pytest.mark.parametrize("make", [DirectWriter, lambda p: CompactingWriter(p, hotsize=8)])
+def test_a_batch_repeated_every_step_reads_back_and_is_still_checked(tmp_path, make):
+    """The same names of one float kind, step after step (the writers' short path), then a
+    batch breaking each of its conditions: every row reads back, every refusal holds."""
+    w = make(tmp_path)
+    rng = np.random.default_rng(0)
+    want = {n: [] for n in ("a", "b", "c")}
+    for _ in range(30):
+        row = {n: np.float32(rng.normal()) for n in want}
+        w.write(row)
+        w.end_step()
+        for n, v in row.items():
+            want[n].append(float(v))
+    with pytest.raises(MetricWrittenTwiceError):
+        w.write(a=np.float32(1))
+        w.write(a=np.float32(2))  # twice in one step, even on the short path
+    w.write(b=np.float32(0), c=np.float32(0))
+    w.end_step()
+    w.write(a=np.float32(np.nan), b=np.float32(np.inf), c=np.float32(-1))  # non-finite
+    w.end_step()
+    w.write(a=np.float32(1), b=np.float32(2), c=3)  # an int among them: widened, not cast
+    w.end_step()
+    w.write(a=np.float32(1), b=np.float32(2), c=1.5)  # a Python float, checked to fit f32
+    w.end_step()
+    with pytest.raises(MetricValueError, match="overflows float32"):
+        w.write(a=np.float32(1), b=np.float32(2), c=1e39)  # one that does not: refused whole
+    w.end_step()
+    w.finish(zip=False)
+    with Reader(tmp_path) as r:
+        a, b, c = (r.metric(n)[1] for n in "abc")
+        assert a.dtype == np.float32 and c.dtype == np.float32
+        assert a[:30].tolist() == want["a"] and c[:30].tolist() == want["c"]
+        assert np.isnan(a[31]) and np.isinf(b[31]) and c[-2:].tolist() == [3.0, 1.5]
+        assert r.metric("a")[0].tolist() == [*range(30), 30, 31, 32, 33]
 
 
 def test_context_manager_flushes_without_finishing(tmp_path):

@@ -44,6 +44,7 @@ class Column:
     start: int = 0  # regular layout: step of row i is start + stride * i
     stride: int = 1
     explicit: bool = False
+    created: bool = True  # False: declared with no rows, its value file made at the first
     mono: Monotonic = field(default_factory=Monotonic)
 
     def __post_init__(self) -> None:
@@ -274,9 +275,26 @@ class ColumnStore:
         return code
 
     # -- writing ---------------------------------------------------------------------------
-    def add(self, name: str, code: str) -> None:
-        """Register a new, empty metric (its file first, then the manifest entry)."""
+    def add(self, name: str, code: str, *, create: bool = True) -> None:
+        """Register a new, empty metric (its file first, then the manifest entry).
+
+        `create=False` publishes the entry alone and makes the file with the first rows
+        (`append_raw`): a reader takes an entry that promises no rows and has no file for
+        an empty column, and a writer that first logs a thousand metrics in its hot log
+        does not wait on a thousand file creations.
+        """
         rel = F.value_file(name, code)
+        if create:
+            self._create(rel)
+        elif "/" not in rel:  # a link or FIFO planted there is refused now, not at compaction
+            with contextlib.suppress(FileNotFoundError):
+                os.close(open_unlinked(rel, os.O_RDONLY, dir_fd=self._folder()))
+        col = self.cols[name] = Column(code, created=create)
+        with self.mlock:
+            self.manifest[name] = {"indices": col.spec(), "dtype": code}
+
+    def _create(self, rel: str) -> None:
+        """Make `rel` an empty regular file in the run (truncating what was there)."""
         if "/" in rel:
             path = self._path(rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -285,9 +303,6 @@ class ColumnStore:
             self._close_fd(rel)
             flags = os.O_WRONLY | os.O_TRUNC | os.O_CREAT
             os.close(open_unlinked(rel, flags, dir_fd=self._folder()))
-        col = self.cols[name] = Column(code)
-        with self.mlock:
-            self.manifest[name] = {"indices": col.spec(), "dtype": code}
 
     def changes_layout(self, name: str, step: int) -> bool:
         """Whether appending `step` needs a manifest update first (see `prepare`)."""
@@ -354,6 +369,9 @@ class ColumnStore:
         Values go first, so a torn index never points past data.
         """
         col = self.cols[name]
+        if not col.created:
+            self._create(F.value_file(name, col.code))
+            col.created = True
         os.write(self._fd(F.value_file(name, col.code)), values)
         if col.explicit:
             os.write(self._fd(F.index_file(name)), index)
@@ -364,6 +382,12 @@ class ColumnStore:
         """Rewrite a column in a wider storage dtype; the manifest switches atomically."""
         col = self.cols[name]
         old = col.code
+        if not col.created:  # no rows, no file: only the entry changes
+            col.code = code
+            with self.mlock:
+                self.manifest[name] = {**self.manifest[name], "dtype": code}
+            self.flush_manifest()
+            return
         values = self._read_values(name, old)[: col.rows]
         self._close_fd(F.value_file(name, old))
         new_path = self._path(F.value_file(name, code))

@@ -121,7 +121,7 @@ class CompactingWriter(StreamingWriter):
         """Give metrics first seen this step their (empty) columns and manifest entries."""
         new = [n for n in self._new if n not in self._store.cols]
         for name in new:
-            self._store.add(name, self._schema.metas[name].code)
+            self._store.add(name, self._schema.metas[name].code, create=False)
         if new:
             self._store.flush_manifest()
         self._new = []

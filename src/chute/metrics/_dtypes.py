@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
+from functools import partial
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, NamedTuple
 
@@ -38,6 +40,13 @@ class Value(NamedTuple):
     explicit: bool  # typed by NumPy (taken as-is) rather than a Python number
 
 
+#: `Value` built from one tuple without the Python frame of a named tuple's `__new__`
+#: (the writers' hot paths build one per scalar).
+new_value: Callable[[tuple[str, int | float | None, str | None, bool]], Value] = partial(
+    tuple.__new__, Value
+)
+
+
 def text(val: Value) -> str:
     """JSON text of a captured value (for the hot log and JSONL columns)."""
     if val.json is not None:
@@ -70,13 +79,13 @@ def capture(value: object) -> Value:
     """Classify and freeze one value following the auto-dtype rules."""
     t = type(value)
     if t is float:
-        return Value("f64", value, None, False)  # type: ignore[arg-type]
+        return new_value(("f64", value, None, False))  # type: ignore[arg-type]
     if t is str:
         return Value(JSONL, None, encode_basestring_ascii(value), False)  # type: ignore[arg-type]
     if t is int:
         return Value(_int_code(value), value, str(value), False)  # type: ignore[arg-type]
     if t is np.float32 or t is np.float64:  # what training loops log most: no array made
-        return Value("f32" if t is np.float32 else "f64", float(value), None, True)  # type: ignore[arg-type]
+        return new_value(("f32" if t is np.float32 else "f64", float(value), None, True))  # type: ignore[arg-type]
     if isinstance(value, (np.generic, np.ndarray)):
         return _capture_array(np.asarray(value))
     if str(getattr(value, "dtype", "")).startswith("torch."):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
+import operator
 import os
 from collections.abc import Iterable
+from itertools import repeat
 from typing import Any
 
 from chute._util.safe_open import read_regular
@@ -14,7 +17,13 @@ from ._dtypes import Value, float_json
 from ._format import HOT as HOT_NAME
 from ._source import limit_of
 
+try:  # the metrics extra's fast JSON, for the hot log here and `_jsonl`'s conversion
+    import orjson as orjson
+except ImportError:  # pragma: no cover - orjson comes with the metrics extra
+    orjson = None  # type: ignore[assignment]
+
 _STEP_KEY = "step"
+_VALUE_OF, _JSON_OF = operator.itemgetter(1), operator.attrgetter("json")
 
 
 _KEYS: dict[str, str] = {}
@@ -33,8 +42,12 @@ def _key(name: str) -> str:
 def encode_row(step: int, items: Iterable[tuple[str, Value]]) -> bytes:
     """One hot-log line from captured values."""
     items = list(items)
-    if all(v.json is None for _, v in items):  # plain floats: json's C encoder, same text
-        row = {_STEP_KEY: step, **{k: v.num for k, v in items}}
+    if all(map(operator.is_, map(_JSON_OF, map(_VALUE_OF, items)), repeat(None))):
+        # plain floats: a C encoder (orjson's when installed and every value is finite,
+        # since it writes NaN as null; else json's), the shortest text that reads back
+        row: dict[str, Any] = {_STEP_KEY: step, **{k: v.num for k, v in items}}
+        if orjson is not None and math.isfinite(sum(row.values())):
+            return orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)  # type: ignore[no-any-return]
         return (json.dumps(row, separators=(",", ":")) + "\n").encode()
     keys = _KEYS
     body = ",".join(

@@ -17,11 +17,7 @@ from . import _config
 from . import _format as F
 from ._archive import zip_run
 from ._columns import ColumnStore
-
-try:
-    import orjson
-except ImportError:  # pragma: no cover - orjson comes with the metrics extra
-    orjson = None  # type: ignore[assignment]
+from ._hot import orjson
 
 
 def _loads(line: bytes) -> Any:

@@ -7,6 +7,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from chute.errors import MetricValueError, MetricWrittenTwiceError, StepOrderErr
 from . import _config
 from . import _format as F
 from ._columns import Column
-from ._dtypes import Value, capture, check_f32, resolve
+from ._dtypes import Value, capture, check_f32, new_value, resolve
 
 _F32_MAX = float(np.finfo(np.float32).max)
 
@@ -63,12 +64,34 @@ class _Meta:
     last_step: int = -1
 
 
+#: The float kinds a batch may repeat in (see `_Repeat`): (the column code, explicit).
+_FLOAT_KINDS: dict[type, tuple[str, bool]] = {
+    float: ("f64", False),
+    np.float64: ("f64", True),
+    np.float32: ("f32", True),
+}
+
+
+@dataclass(slots=True)
+class _Repeat:
+    """The last batch committed, when its values were all of one float kind stored as is
+    (`_FLOAT_KINDS`): the same names at a later step, of the same kind, need no check of
+    their own (a training loop's `write()` of the same scalars every step)."""
+
+    names: tuple[str, ...]
+    kind: type
+    metas: list[_Meta]
+    step: int
+
+
 @dataclass(slots=True)
 class Schema:
     """The writer's view of every metric's dtype; `validate` checks a batch without changing it."""
 
     root: str
     metas: dict[str, _Meta] = field(default_factory=dict)
+    _repeat: _Repeat | None = None
+    _fast: list[tuple[str, Value, str]] | None = None  # what `validate` last passed as a repeat
 
     @classmethod
     def of(cls, root: str, cols: Mapping[str, Column]) -> Schema:
@@ -77,6 +100,15 @@ class Schema:
     def validate(self, batch: Mapping[str, Any], step: int) -> list[tuple[str, Value, str]]:
         if step > F.MAX_STEP:
             raise ValueError(f"step {step} is past the last uint32 step; finish the run")
+        rep = self._repeat
+        if rep is not None and step > rep.step and tuple(batch) == rep.names:
+            vals = list(batch.values())
+            if set(map(type, vals)) == {rep.kind}:
+                code, explicit = _FLOAT_KINDS[rep.kind]
+                nums = map(float, vals)
+                items = zip(repeat(code), nums, repeat(None), repeat(explicit))
+                self._fast = list(zip(rep.names, map(new_value, items), repeat(code)))
+                return self._fast
         out: list[tuple[str, Value, str]] = []
         metas = self.metas
         for name, value in batch.items():
@@ -88,10 +120,10 @@ class Schema:
                 if kind is float and (
                     code == "f64" or (code == "f32" and -_F32_MAX <= value <= _F32_MAX)  # type: ignore[operator]
                 ):
-                    out.append((name, Value("f64", value, None, False), code))  # type: ignore[arg-type]
+                    out.append((name, new_value(("f64", value, None, False)), code))  # type: ignore[arg-type]
                     continue
                 if (kind is np.float32 and code == "f32") or (kind is np.float64 and code == "f64"):
-                    out.append((name, Value(code, float(value), None, True), code))  # type: ignore[arg-type]
+                    out.append((name, new_value((code, float(value), None, True)), code))  # type: ignore[arg-type]
                     continue
             if meta is None:
                 F.check_name(name, self.root)
@@ -134,7 +166,16 @@ class Schema:
         return new
 
     def commit(self, checked: list[tuple[str, Value, str]], step: int) -> None:
+        rep = self._repeat
+        if checked is self._fast and rep is not None:
+            self._fast = None
+            for known in rep.metas:
+                known.last_step = step
+            rep.step = step
+            return
+        self._fast = None
         metas = self.metas
+        kinds: set[tuple[str, bool]] = set()
         for name, val, code in checked:
             meta = metas.get(name)
             num = val.num
@@ -150,6 +191,15 @@ class Schema:
                     elif num > meta.hi:
                         meta.hi = num
             meta.last_step = step
+            kinds.add(
+                (code, val.explicit) if type(num) is float and val.code == code else ("", False)
+            )
+        kind = next((k for k, v in _FLOAT_KINDS.items() if {v} == kinds), None)
+        self._repeat = (
+            _Repeat(tuple(n for n, _, _ in checked), kind, [metas[n] for n, _, _ in checked], step)
+            if kind is not None
+            else None
+        )
 
 
 class Steps(ABC):
