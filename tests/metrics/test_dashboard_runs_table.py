@@ -288,6 +288,13 @@ def test_layout_nothing_clipped_or_covered(browser, url, width, tmp_path):
         }"""
     )
     assert problems == []
+    if width == 1400:  # the docs show groups at this width
+        pg.fill("#group", "lr, model.depth")
+        pg.dispatch_event("#group", "change")
+        pg.wait_for_function(
+            "document.querySelectorAll(`.chart[data-metric='loss'] .u-legend .u-series.band`)"
+            ".length >= 4"
+        )
     shot = tmp_path / f"dashboard-{width}.png"
     pg.screenshot(path=str(shot))
     keep = os.environ.get("CHUTE_SCREENSHOT_DIR")
