@@ -53,6 +53,16 @@ def test_rows_carry_the_differing_config_keys_flattened(tmp_path):
         assert {r["config"]["model.act"] for r in asked["runs"]} == {"gelu"}
 
 
+def test_a_run_in_error_makes_no_config_key_differ(tmp_path):
+    _sweep(tmp_path)
+    broken = tmp_path / "broken" / "plattli"
+    broken.mkdir(parents=True)
+    (broken / "plattli.json").write_text("{not json")
+    with client(tmp_path) as c:
+        answer = _listing(c, where="run != 'a' and run != 'b'")
+        assert len(answer["runs"]) == 3 and answer["differ"] == ["seed"]
+
+
 def test_a_query_filters_the_rows_and_the_differing_keys_follow(tmp_path):
     with client(_sweep(tmp_path)) as c:
         answer = _listing(c, where="lr > 2e-3 and model.depth == 12")

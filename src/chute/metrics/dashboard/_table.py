@@ -74,7 +74,7 @@ def listing(
     """The table's answer: the runs `query` matches, each with the config columns shown
     (the differing keys and `columns`) and the last values of `last`."""
     rows = [s for s in summaries if not query.text.strip() or query.matches(fields(s))]
-    configs = [s["config"] for s in rows]
+    configs = [s["config"] for s in rows if "error" not in s]  # a run in error has none known
     differ = differing(configs)
     shown = [*dict.fromkeys([*differ[:MAX_DIFFER], *columns])]
     keys = sorted({k for cfg in configs for k in cfg})
