@@ -32,7 +32,7 @@ here = Path(chute.__file__).resolve()
 assert "site-packages" in here.parts, here
 assert (here.parent / "py.typed").is_file()
 stubs = sorted(p.name for p in (here.parent / "_native").glob("*.pyi"))
-assert stubs == ["_sampler.pyi", "_zrecord.pyi"], stubs
+assert stubs == ["_curves.pyi", "_sampler.pyi", "_zrecord.pyi"], stubs
 
 tmp = Path(tempfile.mkdtemp())
 rng = np.random.default_rng(0)

@@ -80,6 +80,19 @@ def test_thin_keeps_each_buckets_first_last_and_extremes(y, buckets, with_span, 
     np.testing.assert_array_equal(thin(x, y, buckets, span), thin_reference(x, y, buckets, span))
 
 
+def test_misaligned_and_strided_columns_are_taken_as_they_come():
+    """A column mapped from an archive member can sit at any byte offset."""
+    y = np.random.default_rng(0).normal(size=5000)
+    raw = np.zeros(5000 * 8 + 1, np.uint8)
+    raw[1:] = y.view(np.uint8)
+    odd = raw[1:].view(np.float64)  # misaligned by one byte
+    assert not odd.flags.aligned
+    x = np.arange(5000.0)
+    np.testing.assert_array_equal(thin(x, odd, 50), thin(x, y, 50))
+    np.testing.assert_array_equal(ema(odd, 0.9)[0], ema(y, 0.9)[0])
+    np.testing.assert_array_equal(ema(y[::2], 0.9)[0], ema(y[::2].copy(), 0.9)[0])
+
+
 def test_hostile_buffers_are_refused_not_read():
     def child() -> int:
         y = np.arange(10.0)

@@ -38,8 +38,8 @@ def ema(
     """
     if not 0 <= factor < 1:
         raise PlotError(f"smoothing factor must be in [0, 1), got {factor}")
-    vals = np.ascontiguousarray(values, dtype=np.float64)
-    rows = None if at is None else np.ascontiguousarray(at, dtype=np.int64)
+    vals = _plain(values, np.float64)
+    rows = None if at is None else _plain(at, np.int64)
     out = np.empty(len(vals) if rows is None else len(rows))
     acc, weight = _native.ema(vals, float(factor), float(state[0]), float(state[1]), out, rows)
     return out, acc, weight
@@ -67,7 +67,13 @@ def thin(x: Array, y: Array, buckets: int, span: tuple[float, float] | None = No
     else:
         edges = np.searchsorted(x, np.linspace(x0, x1, buckets + 1)[:-1], side="left")
     starts = np.unique(edges)
-    starts = np.ascontiguousarray(starts[starts < n], dtype=np.int64)  # buckets in this slice
+    starts = _plain(starts[starts < n], np.int64)  # the buckets in this slice
     keep = np.empty(4 * len(starts), dtype=np.int64)
-    count = _native.extremes(np.ascontiguousarray(y, dtype=np.float64), starts, keep)
+    count = _native.extremes(_plain(y, np.float64), starts, keep)
     return keep[:count]
+
+
+def _plain(a: Array, dtype: type) -> Array:
+    """`a` as the compiled core takes it: contiguous and aligned (a column read from an
+    archive may be neither), copied only when it is not."""
+    return np.require(a, dtype, ["C_CONTIGUOUS", "ALIGNED"])

@@ -101,8 +101,8 @@ def create_app(paths: list[str], *, allowed_hosts: list[str] | None = None) -> S
 
     >>> import tempfile
     >>> app = create_app([tempfile.mkdtemp()])  # an empty folder: a page with no runs yet
-    >>> sorted(r.path for r in app.routes)[:2]
-    ['/', '/api/runs']
+    >>> sorted(r.path for r in app.routes)[:4]
+    ['/', '/api/diff', '/api/group', '/api/runs']
     """
     index = RunIndex([os.fspath(p) for p in paths])
 
