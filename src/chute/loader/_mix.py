@@ -272,6 +272,11 @@ class MixSampler(StepSampler):
         self.mode: SamplerMode = mode
         self._code = codes[mode]
         self._seeds = [_source_seed(self.seed, n) for n in mixture.names]
+        # which sources draw in an order of their own, asked once (a Protocol check is dear)
+        self._ordered = [
+            src if self._code == sampler_codes.MODE_CYCLIC and isinstance(src, Ordered) else None
+            for src in (mixture.sources[n] for n in mixture.names)
+        ]
 
     def drawn(self, records: int) -> dict[str, int]:
         """Records of each source among the run's first ``records`` (all steps together)."""
@@ -306,9 +311,9 @@ class MixSampler(StepSampler):
     def _draw(self, s: int, first: int, n: int) -> npt.NDArray[np.uint64]:
         """Positions of source ``s``'s draws ``first .. first + n - 1``."""
         length = self.mixture.lengths[s]
-        source = self.mixture.sources[self.mixture.names[s]]
-        if self._code == sampler_codes.MODE_CYCLIC and isinstance(source, Ordered):
-            return np.asarray(source.order(self._seeds[s], first, n), np.uint64)
+        ordered = self._ordered[s]
+        if ordered is not None:
+            return np.asarray(ordered.order(self._seeds[s], first, n), np.uint64)
         block = length if self._code == sampler_codes.MODE_CYCLIC else _IID_BLOCK
         if self._code == sampler_codes.MODE_SEQUENTIAL:
             return (np.arange(n, dtype=np.uint64) + np.uint64(first % length)) % np.uint64(length)
