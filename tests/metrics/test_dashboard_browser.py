@@ -155,6 +155,19 @@ def test_a_step_appended_to_a_live_run_shows_within_two_seconds(page, served):
     )
 
 
+def test_a_group_of_a_live_run_is_read_again_when_it_moves_on(page, served):
+    _url, beta, _root = served
+    page.fill("#group", "seed")
+    page.dispatch_event("#group", "change")
+    page.wait_for_function(f"'seed=1' in {last_x('loss')}")
+    step = beta.step
+    beta.write(loss=0.5, walltime=100.0 + step, lr=1.0)
+    beta.end_step()
+    beta.flush()
+    page.wait_for_function(f"{last_x('loss')}['seed=1'] === {step}", timeout=10000)
+    assert 1990 <= page.evaluate(f"{last_x('loss')}['seed=0']") <= 1999  # a bucket's mean step
+
+
 def test_log_y_redraws_on_a_log_scale(page):
     before = colour_rows(page, "loss", ALPHA)
     page.check("#logy")

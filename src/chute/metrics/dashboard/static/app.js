@@ -1,7 +1,9 @@
 // chute metrics dashboard: runs table, one chart per metric, live by polling.
 import { $, ELAPSED, debounce, el, getJSON, state } from "./util.js";
 import { addColumn, listedRuns, runsQuery, selectedRuns, showDiff, table, update } from "./table.js";
-import { Chart, charts, groups, reloadAll, requestTails, resizeAll } from "./charts.js";
+import {
+  Chart, charts, groups, refreshGroups, reloadAll, requestTails, resizeAll,
+} from "./charts.js";
 
 const POLL_MS = 1000;
 const DEFAULT_SELECTED = 8;
@@ -135,6 +137,7 @@ async function poll() {
       run.version = v;
     }
     if (changed) rebuildCharts();
+    refreshGroups();
     $("runs-note").textContent = answer.total ? "" : "No runs found yet under the given paths.";
     live.className = "ok";
   } catch (e) {

@@ -7,6 +7,7 @@ import {
 import { selectedRuns } from "./table.js";
 
 const HEIGHT = 230, WIDE_HEIGHT = 520;
+const GROUP_REFRESH_MS = 5000; // a group of live runs is read again at most this often
 const REFETCH_FACTOR = 8; // refetch a thinned curve once tails grew it past 8 points per pixel
 const PER_REQUEST = 128; // metrics per series request (the server takes at most 256)
 export const charts = new Map(); // metric name -> Chart
@@ -74,7 +75,8 @@ export class Chart {
     if (grouped()) {
       for (const g of groups()) {
         const c = this.curves.get(g.key);
-        if ((!c || c.gen !== state.gen || c.ids !== g.idsKey || c.stale) && !this.pending.has(g.key)) {
+        const due = c && c.stale && Date.now() - c.at > GROUP_REFRESH_MS;
+        if ((!c || c.gen !== state.gen || c.ids !== g.idsKey || due) && !this.pending.has(g.key)) {
           this.pending.add(g.key);
           fetchGroup(this, g);
         }
@@ -290,7 +292,7 @@ async function fetchGroup(chart, g) {
   try { res = await getJSON(`api/group?${p}`); }
   catch (e) { res = { error: String(e.message || e) }; }
   const one = res.error ? { error: res.error } : res.series[chart.name];
-  chart.setCurve(g.key, one, gen, { ids: g.idsKey, stale: false });
+  chart.setCurve(g.key, one, gen, { ids: g.idsKey, stale: false, at: Date.now() });
   chart.draw();
 }
 
@@ -315,6 +317,11 @@ export function requestTails(run) {
     if (c && !c.error && c.gen === state.gen) want(run, chart, c.last_step);
     else if (chart.visible) chart.ensureLoaded();
   }
+}
+
+/** Groups whose runs wrote rows are read again once they are due (called every poll). */
+export function refreshGroups() {
+  if (grouped()) for (const chart of charts.values()) chart.ensureLoaded();
 }
 
 /** Everything is drawn anew (x, smoothing or grouping changed). */
