@@ -3,6 +3,7 @@ that never returns holds up neither ``close()`` nor the interpreter's exit."""
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 import threading
@@ -143,3 +144,57 @@ def test_a_forked_child_gets_workers_of_its_own() -> None:
     assert run_isolated(child, timeout=30) == OK
     assert next(dl)["x"].tolist() == [4, 5, 6, 7]
     dl.close()
+
+
+def test_whether_a_stream_gathers_into_a_buffer_is_decided_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A runtime Protocol check is slow (about half a worker's Python per batch on 3.11):
+    the loader makes it once per stream, not once per batch."""
+    from chute._util.buffers import BatchBuffers
+    from chute.loader import _pipeline
+    from chute.loader._streams import GathersInto
+
+    checked: list[object] = []
+
+    class Counting:
+        def __instancecheck__(self, stream: object) -> bool:
+            checked.append(stream)
+            return isinstance(stream, GathersInto)
+
+    monkeypatch.setattr(_pipeline, "GathersInto", Counting())
+    data = {"x": np.arange(300, dtype=np.float32).reshape(100, 3), "y": np.arange(100)}
+    with DataLoader(data, batch_size=8, sampler="sequential", num_threads=2) as dl:
+        ring = BatchBuffers(keep=32)
+        dl.use_buffers(ring)
+        for step in range(20):
+            batch = next(dl)
+            assert ring.owns(batch["x"]) and ring.owns(batch["y"])  # gathered into the ring
+            np.testing.assert_array_equal(batch["y"], np.arange(step * 8, step * 8 + 8) % 100)
+    assert len(checked) == 2  # once per stream, when the loader was made
+
+
+def test_a_worker_lays_out_its_slot_without_numpy_calls_per_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from chute.loader import _processes
+    from chute.loader._streams import as_streams
+
+    arrays = {"x": np.arange(60, dtype=np.float32).reshape(20, 3), "y": np.arange(20)}
+    streams = as_streams(arrays)  # what a loader hands its workers
+    direct = _processes._direct(streams)
+    assert direct is not None and _processes._direct({**streams, "s": ["a"] * 20}) is None
+    slots = _processes._Slots()
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("np.prod runs per batch")
+
+    monkeypatch.setattr(np, "prod", refused)
+    indices = np.array([3, 1, 4], dtype=np.uint64)
+    status, slot, size, nbytes, body = _processes._gathered_into(slots, direct, indices, {})
+    assert status == "ok" and size >= nbytes
+    root = np.frombuffer(slots.maps[slot][1], np.uint8, count=nbytes)
+    batch = _processes._unpack(pickle.loads(body), root)
+    np.testing.assert_array_equal(batch["x"], arrays["x"][[3, 1, 4]])
+    np.testing.assert_array_equal(batch["y"], [3, 1, 4])
+    del batch, root

@@ -153,3 +153,39 @@ def test_transform_output_is_copied_into_the_ring() -> None:
         batch = next(dl)
         assert ring.owns(batch["x"]) and ring.owns(batch["raw"])
         np.testing.assert_array_equal(batch["x"], np.arange(8).reshape(4, 2) / 2)
+
+
+def test_a_ring_sizes_its_arrays_without_numpy_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    ring = BatchBuffers(keep=4)
+    first = ring.empty((16, 3, 5), F4)
+    pointer = _pointer(first)
+    del first
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("np.prod runs in every batch's empty()")
+
+    monkeypatch.setattr(np, "prod", refused)
+    again = ring.empty((16, 15), F4)  # same bytes: the root is reused
+    assert again.shape == (16, 15) and _pointer(again) == pointer
+    assert ring.empty((np.int64(2), 3), np.dtype(np.int16)).nbytes == 12
+
+
+def test_prepare_runs_on_the_worker_threads_after_the_ring() -> None:
+    import threading
+
+    seen: list[tuple[str, bool]] = []
+    ring = BatchBuffers(keep=16)
+
+    def prepare(batch: dict[str, Any]) -> dict[str, Any]:
+        seen.append((threading.current_thread().name, ring.owns(batch["x"])))
+        return {**batch, "prepared": True}
+
+    data = {"x": np.arange(40, dtype=np.float32).reshape(20, 2)}
+    with DataLoader(data, batch_size=4, sampler="sequential", num_threads=2) as dl:
+        dl.use_buffers(ring, prepare)
+        assert all(next(dl)["prepared"] for _ in range(5))
+        dl.use_buffers(None, prepare)  # no ring: nothing for a device stage to prepare
+        dl.seek(0)
+        assert "prepared" not in next(dl)
+    assert len(seen) >= 5 and all(owned for _, owned in seen)
+    assert all(name.startswith("chute-loader") for name, _ in seen)

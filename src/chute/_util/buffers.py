@@ -16,6 +16,7 @@ a handed-out array counts against its root, however it was derived.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from collections import deque
@@ -87,12 +88,12 @@ class BatchBuffers:
         dtype = np.dtype(dtype)
         if dtype.hasobject:
             raise TypeError(f"dtype {dtype} holds Python objects: no raw buffer can hold it")
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = int(math.prod(shape)) * dtype.itemsize  # no numpy call: this runs per batch
         with self._lock:
             held, allocate = self._held, self._allocate
             root = None
             for i in range(len(held)):
-                if _refs(held, i) <= _ALONE and held[i].nbytes == nbytes:
+                if held[i].nbytes == nbytes and _refs(held, i) <= _ALONE:
                     root = held[i]
                     del held[i]
                     break

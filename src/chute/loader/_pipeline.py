@@ -94,11 +94,18 @@ class Pipeline(Closing):
         self.transform = transform
         self.map = map
         self._ahead = [s for s in streams.values() if isinstance(s, ReadsAhead)]
+        # which streams can write into a ring buffer, decided once: a Protocol check is slow
+        self._into = {
+            name: (s, tuple(s.item_shape), np.dtype(s.dtype))
+            for name, s in streams.items()
+            if isinstance(s, GathersInto) and not s.dtype.hasobject
+        }
         self._pending: deque[Future[Batch]] = deque()
         self._next_submit = 0
         self._pool: Workers | ProcessPool | None = None
         self._closed = False
         self._buffers: BatchBuffers | None = None
+        self._prepare: Callable[[Batch], Any] | None = None
         self._owner: weakref.ref[object] | None = None  # the device stage fed, if any
 
     @property
@@ -153,25 +160,36 @@ class Pipeline(Closing):
         return self._build(step, *self._plan(step))
 
     def _build(self, step: int, indices: npt.NDArray[np.uint64], extra: Mapping[str, Any]) -> Batch:
-        batch = unfold({name: self._gather(s, indices) for name, s in self.streams.items()})
+        batch = unfold({name: self._gather(name, s, indices) for name, s in self.streams.items()})
         names = list(batch)
         batch.update(extra)
         batch = self.recipe.finish(step, batch, names)
-        return batch if self._buffers is None else self._buffers.adopt(batch)
+        return batch if self._buffers is None else self._for_device(batch)
 
-    def use_buffers(self, buffers: BatchBuffers | None) -> None:
+    def use_buffers(
+        self, buffers: BatchBuffers | None, prepare: Callable[[Batch], Any] | None = None
+    ) -> None:
         """Gather batches into ``buffers`` (recycled, e.g. page-locked, arrays) instead of
-        fresh ones; what the transform returns is copied in too. ``None``: fresh arrays.
-        ``chute.frameworks.to_device`` sets this; an array stays out of reuse while
+        fresh ones; what the transform returns is copied in too, then ``prepare`` (a device
+        stage's host-side work) runs on the batch, on the worker thread. ``None``: fresh
+        arrays. ``chute.frameworks.to_device`` sets this; an array stays out of reuse while
         anything references it, so batches already handed out are never overwritten."""
         self._buffers = buffers
+        self._prepare = None if buffers is None else prepare
 
-    def _gather(self, stream: Stream, indices: npt.NDArray[np.uint64]) -> Any:
+    def _for_device(self, batch: Batch) -> Any:
+        """A built batch made ready for the device stage: every array in the ring, prepared."""
+        assert self._buffers is not None
+        batch = self._buffers.adopt(batch)
+        return batch if self._prepare is None else self._prepare(batch)
+
+    def _gather(self, name: str, stream: Stream, indices: npt.NDArray[np.uint64]) -> Any:
         buffers = self._buffers
-        if buffers is None or not isinstance(stream, GathersInto) or stream.dtype.hasobject:
+        into = self._into.get(name)
+        if buffers is None or into is None:
             return stream.__getitems__(indices)
-        out = buffers.empty((len(indices), *stream.item_shape), stream.dtype)
-        return stream.gather_into(indices, out)
+        target, item_shape, dtype = into
+        return target.gather_into(indices, buffers.empty((len(indices), *item_shape), dtype))
 
     def attach(self, owner: object) -> None:
         """Hand the stream to ``owner`` (a device stage, `chute.frameworks.to_device`): from
@@ -266,7 +284,7 @@ class Pipeline(Closing):
                 )
             batch = future.result()
             if isinstance(pool, ProcessPool) and self._buffers is not None:
-                batch = self._buffers.adopt(batch)
+                batch = self._for_device(batch)
         except BaseException:
             self.seek(self.step)  # stay at the failed step; drop what was queued behind it
             raise

@@ -23,6 +23,7 @@ import atexit
 import contextlib
 import ctypes
 import itertools
+import math
 import mmap
 import os
 import pickle
@@ -82,7 +83,7 @@ def _unpack(obj: Any, root: npt.NDArray[np.uint8]) -> Any:
     ``root`` as the base of every view, and of every view of those, so the slot is free once
     ``root`` is collected."""
     if isinstance(obj, _Ref):
-        end = obj.offset + int(np.prod(obj.shape, dtype=np.int64)) * obj.dtype.itemsize
+        end = obj.offset + math.prod(obj.shape) * obj.dtype.itemsize
         return root[obj.offset : end].view(obj.dtype).reshape(obj.shape)
     if isinstance(obj, dict):
         return {k: _unpack(v, root) for k, v in obj.items()}
@@ -132,9 +133,7 @@ def _serve(conn: Any, payload: bytes, parent: int) -> None:
     _die_with_parent()
     streams, recipe = pickle.loads(payload)
     slots = _Slots()
-    direct = recipe.identity and all(
-        isinstance(st, GathersInto) and not st.dtype.hasobject for st in streams.values()
-    )
+    direct = _direct(streams) if recipe.identity else None
     while True:
         try:
             message = conn.recv()
@@ -145,8 +144,8 @@ def _serve(conn: Any, payload: bytes, parent: int) -> None:
         step, indices, extra, freed = message
         slots.free.extend(freed)
         try:
-            if direct:  # gathered straight into the slot: no copy
-                conn.send(_gathered_into(slots, streams, indices, extra))
+            if direct is not None:  # gathered straight into the slot: no copy
+                conn.send(_gathered_into(slots, direct, indices, extra))
                 if slots.sent is not None:
                     reduction.send_handle(conn, slots.sent, parent)
                 continue
@@ -183,8 +182,30 @@ def _copy_in(mapped: mmap.mmap, placed: list[tuple[_Ref, np.ndarray]]) -> None:
         np.frombuffer(mapped, array.dtype, array.size, ref.offset)[...] = array.reshape(-1)
 
 
+@dataclass(frozen=True)
+class _Into:
+    """A stream a worker gathers straight into its slot, with what each batch needs of it."""
+
+    stream: GathersInto
+    dtype: np.dtype[Any]
+    item_shape: tuple[int, ...]
+    item_size: int  # elements per record
+
+
+def _direct(streams: Mapping[str, Any]) -> dict[str, _Into] | None:
+    """Every stream as an `_Into` when all can gather into a buffer, else None; decided once
+    per worker (a Protocol check and the sizes are not redone per batch)."""
+    into = {}
+    for name, st in streams.items():
+        if not isinstance(st, GathersInto) or st.dtype.hasobject:
+            return None
+        shape = tuple(st.item_shape)
+        into[name] = _Into(st, np.dtype(st.dtype), shape, math.prod(shape))
+    return into
+
+
 def _gathered_into(
-    slots: _Slots, streams: Mapping[str, Any], indices: npt.NDArray[np.uint64], extra: Any
+    slots: _Slots, streams: Mapping[str, _Into], indices: npt.NDArray[np.uint64], extra: Any
 ) -> tuple[Any, ...]:
     """The answer for a batch that needs no map or transform: each stream gathered straight
     into a slot (the extra entries, a mask at most, copied after them); sets ``slots.sent``
@@ -192,20 +213,19 @@ def _gathered_into(
     n = len(indices)
     layout: dict[str, _Ref] = {}
     at = 0
-    for name, stream in streams.items():
-        shape = (n, *stream.item_shape)
-        layout[name] = _Ref(at, stream.dtype, shape)
-        at += _aligned(int(np.prod(shape, dtype=np.int64)) * stream.dtype.itemsize)
+    for name, into in streams.items():
+        layout[name] = _Ref(at, into.dtype, (n, *into.item_shape))
+        at += _aligned(n * into.item_size * into.dtype.itemsize)
     placed: list[tuple[_Ref, np.ndarray]] = []
     counter = [at]
     rest = _pack(dict(extra), placed, counter)
     slot, new = slots.take(counter[0])
     fd, mapped, size = slots.maps[slot]
-    for name, stream in streams.items():
+    for name, into in streams.items():
         ref = layout[name]
-        count = int(np.prod(ref.shape, dtype=np.int64))
+        count = n * into.item_size
         out = np.frombuffer(mapped, ref.dtype, count, ref.offset).reshape(ref.shape)
-        stream.gather_into(indices, out)
+        into.stream.gather_into(indices, out)
     _copy_in(mapped, placed)
     slots.sent = fd if new else None
     body = pickle.dumps({**layout, **rest}, protocol=pickle.HIGHEST_PROTOCOL)
