@@ -162,6 +162,9 @@ class SlowMover:
         self.tickets: list[_Ticket] = []
         self.fail_start, self.fail_async = fail_start, fail_async
 
+    def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return batch
+
     def start(self, batch: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], _Ticket]:
         if len(self.tickets) == self.fail_start:
             self.fail_start = None

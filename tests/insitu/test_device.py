@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,9 @@ def test_the_page_locked_allocator_reaches_the_dataset(archive: Path) -> None:
         def allocate(self, nbytes: int) -> np.ndarray:
             made.append(nbytes)
             return np.empty(nbytes, np.uint8)
+
+        def prepare(self, batch: Any) -> Any:
+            return batch
 
         def start(self, batch: Any) -> tuple[Any, Any]:
             class Done:
@@ -160,3 +165,60 @@ def test_a_plain_iterable_has_no_state_to_load() -> None:
     view = to_device([{"x": np.arange(3)}], "cpu")
     with pytest.raises(TypeError, match="no state to save or load"):
         view.load_state_dict({})
+
+
+def test_every_array_of_a_batch_is_staged_in_the_ring_on_the_gather_thread(
+    archive: Path, reference: list[dict[str, np.ndarray]]
+) -> None:
+    """``sample_indices`` and what batch transforms make are copied into the (page-locked,
+    with CUDA) ring too, so the copy to the device reads no pageable memory; the device
+    stage's ``prepare`` then runs on the gather thread, for its passes only."""
+    roots: list[weakref.ref[np.ndarray]] = []
+    prepared_on: list[str] = []
+    staged: list[tuple[str, bool]] = []
+
+    def in_ring(leaf: np.ndarray) -> bool:
+        return any(leaf.base is r() for r in roots)
+
+    class Mover:
+        def allocate(self, nbytes: int) -> np.ndarray:
+            root = np.empty(nbytes, np.uint8)
+            roots.append(weakref.ref(root))
+            return root
+
+        def prepare(self, batch: Any) -> Any:
+            prepared_on.append(threading.current_thread().name)
+            return batch
+
+        def start(self, batch: Any) -> tuple[Any, Any]:
+            staged.extend((key, in_ring(leaf)) for key, leaf in batch.items())
+            return {k: np.array(v) for k, v in batch.items()}, _Done()
+
+        def hand_over(self, batch: Any, ticket: Any) -> Any:
+            return batch
+
+    def derive(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        batch["x2"] = batch["x"] * 2.0  # a new array
+        batch["z"] = batch["z"][:, ::-1]  # a view of a ring array: stays as it is
+        return batch
+
+    with dataset(archive, batch_transforms=[derive], **KW) as ds:
+        got = list(DeviceView(ds.train, Mover(), depth=2))  # type: ignore[arg-type]
+        plain = next(iter(ds.val))  # not through the device stage: not prepared
+    assert {key for key, _ in staged} == {"x", "x2", "y", "z", "sample_indices"}
+    assert all(owned for _, owned in staged)
+    assert len(prepared_on) == len(got) == len(reference)
+    assert all(name.startswith("chute-insitu-gather") for name in prepared_on)
+    assert "x2" in plain and not in_ring(plain["sample_indices"])
+    for g, w in zip(got, reference, strict=True):
+        np.testing.assert_array_equal(g["x2"], w["x"] * 2.0)
+        np.testing.assert_array_equal(g["z"], w["z"][:, ::-1])
+        np.testing.assert_array_equal(g["sample_indices"], w["sample_indices"])
+
+
+class _Done:
+    def done(self) -> bool:
+        return True
+
+    def wait(self) -> None:
+        return None

@@ -44,9 +44,16 @@ class Ticket(Protocol):
 
 
 class Mover(Protocol):
-    """What a framework supplies: host memory for the ring, and asynchronous copies."""
+    """What a framework supplies: host memory for the ring, host-side work on each batch,
+    and asynchronous copies."""
 
     allocate: Allocate
+
+    def prepare(self, batch: Any) -> Any:
+        """``batch`` (numpy leaves in the ring) made ready for `start`, with the work that
+        need not wait for the consumer (JAX: the 64-bit narrowing, pinned staging). The
+        source runs it on its worker thread where it has one (a loader, an insitu view)."""
+        ...
 
     def start(self, batch: Any) -> tuple[Any, Ticket]:
         """Begin copying ``batch`` (numpy leaves) to the device: the device batch and its ticket.
@@ -188,7 +195,8 @@ class DeviceLoader(Closing):
         self.depth = depth
         # in flight at once: the loader's prefetch, `depth` copies ahead, `depth` copying
         batches = loader.prefetch + 2 * depth + 2
-        loader.use_buffers(BatchBuffers(batches * 2 * len(loader.streams), mover.allocate))
+        ring = BatchBuffers(batches * 2 * len(loader.streams), mover.allocate)
+        loader.use_buffers(ring, mover.prepare)
         self._pipe = _Pipeline(mover, self.depth)
 
     @property
@@ -290,8 +298,9 @@ class DeviceView:
         self.depth = _check_depth(depth)
         self._delivered: int | None = None  # the view's position while a pass runs
         self._running: weakref.ref[Generator[Any, None, None]] | None = None  # that pass
-        dataset = getattr(source, "dataset", None)
-        if dataset is not None and hasattr(dataset, "use_allocator"):
+        dataset: Any = getattr(source, "dataset", None)
+        self._insitu = hasattr(dataset, "use_allocator") and hasattr(dataset, "open_pass")
+        if self._insitu:
             dataset.use_allocator(mover.allocate, extra_batches=2 * depth + 1)
 
     def __len__(self) -> int:
@@ -305,19 +314,31 @@ class DeviceView:
     def _position(self) -> int:
         return int(getattr(self.source, "position", 0))
 
+    def _open(self) -> tuple[Iterator[Any], Callable[[], Any]]:
+        """A pass over the source, and how to take its next batch ready for the mover: an
+        insitu view puts every array in its ring and prepares the batch on its gather
+        thread; any other iterable's batches are prepared here, on the consumer's thread."""
+        prepare = self.mover.prepare
+        if self._insitu:
+            view: Any = self.source
+            it: Iterator[Any] = view.dataset.open_pass(view.name, prepare)
+            return it, it.__next__
+        it = iter(self.source)
+        return it, lambda: prepare(next(it))
+
     def _pass(self) -> Generator[Any, None, None]:
         pipe = _Pipeline(self.mover, self.depth)
-        it = iter(self.source)
+        it, take = self._open()
         self._delivered = self._position()
         try:
             while True:
-                pipe.fill(it.__next__, self._position)
+                pipe.fill(take, self._position)
                 if not pipe.ahead:
                     return
                 after = pipe.ahead[0].after
                 batch = pipe.pop()
                 self._delivered = after
-                pipe.fill(it.__next__, self._position)  # the next copy starts first
+                pipe.fill(take, self._position)  # the next copy starts first
                 yield batch
         finally:
             ended = pipe.exhausted and not pipe.ahead
@@ -411,14 +432,18 @@ def to_device(
     resumable) or an iterable of batches such as ``chute.insitu`` ``ds.train`` (a
     `DeviceView`: one pass per ``iter()``). ``device`` is a torch device (``"cuda:0"``,
     ``"cpu"``, a ``torch.device``) or a JAX device or ``Sharding`` (``jax.device_put``
-    semantics; ``None`` with ``framework="jax"`` is JAX's default device). ``framework``
-    is inferred from ``device``: a JAX object means JAX, anything else torch.
+    semantics; ``None`` with ``framework="jax"`` is JAX's default device at this call, the
+    batches committed to it; a sharding over several processes takes each process's batch
+    as its slice of the global arrays). ``framework`` is inferred from ``device``: a JAX
+    object means JAX, anything else torch.
 
     Every batch you receive is fresh device memory, yours to keep. The host buffers the
     source gathers into are recycled: one is reused only after its copy completed and
     nothing references it. With a CUDA device they are page-locked (``torch.empty(...,
-    pin_memory=True)``); numpy leaves that did not come from the ring are copied from
-    pageable memory.
+    pin_memory=True)``); a loader or an insitu view copies every numpy leaf into them on its
+    own threads, while an arbitrary iterable's leaves are copied from pageable memory. A
+    tensor a transform already put on the target device is handed over as it is, once the
+    work that made it is done.
 
     >>> import numpy as np, chute
     >>> from chute.frameworks import to_device

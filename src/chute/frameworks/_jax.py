@@ -98,7 +98,7 @@ def to_jax(batch: Any, device: Any = None) -> Any:
 
 
 class _ArraysReady:
-    """The ticket of one batch's ``device_put``: ready when each of its arrays is."""
+    """The ticket of one batch's transfer: ready when each of its arrays is."""
 
     def __init__(self, arrays: list[Any]) -> None:
         self.arrays = arrays
@@ -114,28 +114,90 @@ class _ArraysReady:
 
 
 class JaxMover:
-    """``jax.device_put`` of each numpy leaf into ``target`` (a device, a ``Sharding``, or
-    None for JAX's default), never aliasing the host buffer; the host memory is ordinary
-    (JAX offers no page-locked numpy buffers), so the copy stages through XLA's own."""
+    """Puts batches into ``target`` (a device, a ``Sharding``, or None: JAX's default device
+    when the mover is made), never aliasing the host buffer.
 
-    def __init__(self, target: Any) -> None:
+    On the source's worker threads (`prepare`) each numpy leaf is narrowed to JAX's 32-bit
+    kinds where x64 is off, and, where the target's devices are accelerators that offer
+    page-locked host memory (``memory_kind="pinned_host"``), staged there with one transfer
+    for the whole batch (``stage=None`` decides so; True or False forces it). `start` then
+    makes one transfer of the whole batch to the target (pinned memory to device, a DMA
+    copy), JAX arrays already there passed as they are. A sharding over several processes
+    (not fully addressable: multi-host training, each process loading its own ``shard=``)
+    takes each leaf as this process's slice of the global array
+    (``jax.make_array_from_process_local_data``)."""
+
+    def __init__(self, target: Any, stage: bool | None = None) -> None:
+        import jax
+        from jax.sharding import Sharding, SingleDeviceSharding
+
+        if target is None:  # the default device as device_put places there, committed
+            target = jax.device_put(np.zeros((), np.uint8)).sharding
+        elif isinstance(target, jax.Device):
+            target = SingleDeviceSharding(target)
         self.target = target
         self.allocate: Allocate = plain
+        sharded = isinstance(target, Sharding)
+        self._local = sharded and not target.is_fully_addressable
+        if stage is None:
+            stage = sharded and _offers_pinned_host(target)
+        self._staging = target.with_memory_kind("pinned_host") if stage and sharded else None
+        self._narrowed: set[np.dtype[Any]] = set()  # added to by the workers, warned by start
+
+    def prepare(self, batch: Any) -> Any:
+        def fit(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            array = fit_x64(array, self._narrowed)
+            return array if array.dtype.isnative else native_copy(array)
+
+        batch = tree_map(batch, fit)
+        if self._staging is None:
+            return batch
+        staged = iter(_transfer(leaves(batch), self._staging, self._local))
+        return tree_map(batch, lambda _: next(staged))
 
     def start(self, batch: Any) -> tuple[Any, _ArraysReady]:
         import jax
 
-        narrowed: set[np.dtype[Any]] = set()
-
-        def put(array: npt.NDArray[Any]) -> Any:
-            array = fit_x64(array, narrowed)
-            if not array.dtype.isnative:
-                array = native_copy(array)
-            return jax.device_put(array, self.target, may_alias=False)
-
-        moved = tree_map(batch, put)
-        warn_narrowed(narrowed, stacklevel=4)  # the caller of next() on the device loader
-        return moved, _ArraysReady(leaves(moved, jax.Array))
+        warn_narrowed(self._narrowed, stacklevel=4)  # the caller of next() on the device loader
+        kinds = (np.ndarray, jax.Array)
+        moved = iter(_transfer(leaves(batch, kinds), self.target, self._local))
+        out = tree_map(batch, lambda _: next(moved), kinds)
+        return out, _ArraysReady(leaves(out, jax.Array))
 
     def hand_over(self, batch: Any, ticket: Any) -> Any:
         return batch  # JAX orders work on an array after the transfer that makes it
+
+
+def _transfer(arrays: list[Any], sharding: Any, local: bool) -> list[Any]:
+    """``arrays`` (numpy or JAX) put into ``sharding``, in one ``device_put`` where it can:
+    numpy arrays copied (their memory is recycled), JAX arrays moved only if elsewhere.
+    With ``local`` (a sharding over several processes) a numpy array is this process's
+    slice of the global array."""
+    import jax
+
+    if not arrays:
+        return []
+    if not local:
+        alias = [not isinstance(a, np.ndarray) for a in arrays]
+        return list(jax.device_put(arrays, sharding, may_alias=alias))
+    host = [a for a in arrays if isinstance(a, np.ndarray)]
+    held = [a for a in arrays if not isinstance(a, np.ndarray)]  # global arrays already
+    make: Any = jax.make_array_from_process_local_data
+    made = iter(make(sharding, host) if host else ())
+    moved = iter(jax.device_put(held, sharding) if held else ())
+    return [next(made) if isinstance(a, np.ndarray) else next(moved) for a in arrays]
+
+
+def _offers_pinned_host(sharding: Any) -> bool:
+    """Whether staging a batch in page-locked host memory helps a transfer into
+    ``sharding``: its devices are accelerators (not CPUs) with a ``pinned_host`` memory, and
+    it targets device memory. Any question the backend cannot answer means no."""
+    try:
+        if sharding.memory_kind not in (None, "device"):
+            return False
+        return all(
+            d.platform != "cpu" and any(m.kind == "pinned_host" for m in d.addressable_memories())
+            for d in sharding.addressable_devices
+        )
+    except (AttributeError, NotImplementedError, RuntimeError, ValueError):
+        return False

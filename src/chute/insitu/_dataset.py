@@ -37,7 +37,7 @@ from ._split import SplitManifest
 from ._state import LAYOUT, order_fields, snapshot_hint
 from ._store import CountingStore, StoreLike, open_store, session_of, store_name
 from ._transforms import Batch, BatchTransform, ChunkTransform
-from ._view import VIEWS, InSituConfig, PassIterator, SplitView, next_item
+from ._view import VIEWS, InSituConfig, PassIterator, Prepare, SplitView, next_item
 
 REMOTE_INFLIGHT_BYTES = 64 << 20  # bytes in flight that hide object-store latency
 _BATCHES_HELD = 3  # beyond the queue: one being gathered, one in the pass, one consumed
@@ -404,7 +404,7 @@ class InSituDataset(Closing):
         """Batches of ``view``'s pass handed out this epoch (internal: for the views)."""
         return self._positions[view]
 
-    def open_pass(self, view: str) -> PassIterator:
+    def open_pass(self, view: str, prepare: Prepare | None = None) -> PassIterator:
         """A new iterator over ``view``'s pass (internal: ``iter(ds.train)`` calls it)."""
         if self._engine.closed:
             raise RuntimeError("this InSituDataset is closed")
@@ -416,7 +416,7 @@ class InSituDataset(Closing):
                     "pass, or close() its iterator, then iterate again to continue after its "
                     "last batch"
                 )
-            it = PassIterator(self, view)
+            it = PassIterator(self, view, prepare)
             self._open[view] = it
             return it
 
@@ -425,8 +425,11 @@ class InSituDataset(Closing):
         if self._open.get(view) is it:
             del self._open[view]
 
-    def run_pass(self, view: str) -> Generator[Batch, None, None]:
-        """The batches of ``view``'s pass from its position on (internal: for the views)."""
+    def run_pass(self, view: str, prepare: Prepare | None = None) -> Generator[Any, None, None]:
+        """The batches of ``view``'s pass from its position on (internal: for the views);
+        with ``prepare`` (a device stage's pass, ``chute.frameworks.to_device``) every array
+        of a batch is put in the ring (page-locked memory for CUDA: nothing is copied from
+        pageable memory), then ``prepare`` runs on it, on the gather thread."""
         full = self.pass_plan(view)
         start = self._positions[view]
         if start >= full.n_batches:
@@ -438,7 +441,7 @@ class InSituDataset(Closing):
         credits = asyncio.Semaphore(c.prefetch_depth)
         loop = self._engine.loop
         began = time.perf_counter()
-        future = self._engine.start_pass(plan, out, credits)
+        future = self._engine.start_pass(plan, out, credits, prepare)
         try:
             while True:
                 waited = time.perf_counter()

@@ -378,12 +378,25 @@ class Engine:
 
     # -- a pass ----------------------------------------------------------------------
 
-    def start_pass(self, plan: PassPlan, out: queue.Queue[Any], credits: asyncio.Semaphore) -> Any:
-        """Start producing ``plan``'s batches into ``out``; returns a concurrent future."""
-        return asyncio.run_coroutine_threadsafe(self._pass(plan, out, credits), self.loop)
+    def start_pass(
+        self,
+        plan: PassPlan,
+        out: queue.Queue[Any],
+        credits: asyncio.Semaphore,
+        prepare: Callable[[Batch], Any] | None = None,
+    ) -> Any:
+        """Start producing ``plan``'s batches into ``out``; returns a concurrent future.
+        With ``prepare`` (a device stage's pass) each batch is put wholly in the ring, then
+        prepared (see `_assemble`)."""
+        coro = self._pass(plan, out, credits, prepare)
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     async def _pass(
-        self, plan: PassPlan, out: queue.Queue[Any], credits: asyncio.Semaphore
+        self,
+        plan: PassPlan,
+        out: queue.Queue[Any],
+        credits: asyncio.Semaphore,
+        prepare: Callable[[Batch], Any] | None,
     ) -> None:
         me = asyncio.current_task()
         assert me is not None
@@ -419,7 +432,7 @@ class Engine:
                     await slab.ready
                 self.times.add("slab_wait", time.perf_counter() - waited)
                 batch = await asyncio.get_running_loop().run_in_executor(
-                    self._gatherer, self._assemble, idx, progress.slabs
+                    self._gatherer, self._assemble, idx, progress.slabs, prepare
                 )
                 for slab in needed:
                     if slab.planned is not None and slab.planned <= b:
@@ -478,8 +491,17 @@ class Engine:
         progress.registered = plan.n_batches
         admitted.set()
 
-    def _assemble(self, idx: np.ndarray, slabs: dict[tuple[str, int], Slab]) -> Batch:
-        """Gather one batch; samples are grouped by slab so each group is one ``take``."""
+    def _assemble(
+        self,
+        idx: np.ndarray,
+        slabs: dict[tuple[str, int], Slab],
+        prepare: Callable[[Batch], Any] | None = None,
+    ) -> Any:
+        """Gather one batch; samples are grouped by slab so each group is one ``take``.
+        With ``prepare`` (a device stage's pass) every array the batch transforms left
+        outside the ring (``sample_indices``, new or replaced arrays) is copied into it, so
+        the copy to the device reads only ring memory (page-locked for CUDA), then
+        ``prepare`` runs on the batch."""
         start = time.perf_counter()
         names = list(self.geometries)
         shifts = [self.geometries[n].offset for n in names]  # windowed views read idx + offset
@@ -523,6 +545,10 @@ class Engine:
             changed = t(batch)
             batch = changed if isinstance(changed, Batch) else Batch(changed)
             batch.read_offsets = offsets
+        if prepare is not None:
+            for key, value in batch.items():
+                batch[key] = self._outputs.adopt(value)
+            batch = prepare(batch)
         self.times.add("gather", time.perf_counter() - start)
         return batch
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import queue
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -13,6 +13,8 @@ from ._scheduler import END, PassPlan
 from ._transforms import Batch
 
 ViewName = Literal["train", "val", "test", "all"]
+Prepare = Callable[[Batch], Any]
+"""A device stage's host-side work on a finished batch (see ``ViewSource.run_pass``)."""
 VIEWS: tuple[ViewName, ...] = ("train", "val", "test", "all")
 
 
@@ -25,12 +27,15 @@ class ViewSource(Protocol):
     hand-offs reach through ``view.dataset``.
     """
 
-    def open_pass(self, view: str) -> PassIterator:
-        """A new iterator over ``view``'s pass, registered as open (refused while one is)."""
+    def open_pass(self, view: str, prepare: Prepare | None = None) -> PassIterator:
+        """A new iterator over ``view``'s pass, registered as open (refused while one is);
+        ``prepare``: see ``run_pass``."""
         ...
 
-    def run_pass(self, view: str) -> Generator[Batch, None, None]:
-        """The batches of ``view``'s pass, from its position on, advancing it."""
+    def run_pass(self, view: str, prepare: Prepare | None = None) -> Generator[Any, None, None]:
+        """The batches of ``view``'s pass, from its position on, advancing it. With
+        ``prepare`` (a device stage's pass) every array of a batch is put in the dataset's
+        ring, then ``prepare`` runs on the batch, both on the gather thread."""
         ...
 
     def end_pass(self, view: str, it: PassIterator) -> None:
@@ -142,15 +147,15 @@ class PassIterator:
     """The iterator of one pass over a view; the view is free again once it is exhausted,
     fails, is closed, or is garbage collected."""
 
-    def __init__(self, dataset: ViewSource, view: str) -> None:
+    def __init__(self, dataset: ViewSource, view: str, prepare: Prepare | None = None) -> None:
         self._dataset = dataset
         self.view = view
-        self._batches = dataset.run_pass(view)
+        self._batches = dataset.run_pass(view, prepare)
 
     def __iter__(self) -> PassIterator:
         return self
 
-    def __next__(self) -> Batch:
+    def __next__(self) -> Any:
         try:
             return next(self._batches)
         except BaseException:
