@@ -6,7 +6,7 @@ STAMP := $(VENV)/.chute-installed
 DEMO_STAMP := $(VENV)/.chute-demo
 SOURCES := pyproject.toml setup.py $(wildcard src/chute/_native/*.c src/chute/_native/*.h)
 
-.PHONY: test test-asan test-tf demo docs test-all test-wheel bench install clean
+.PHONY: test test-asan test-tf demo docs test-all test-wheel bench gpu-wheels install clean
 
 $(STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -123,5 +123,11 @@ bench:
 	$(BENCH)/python bench/transforms.py --plot
 	$(BENCH)/python bench/tokens.py --plot
 
+# The wheels the GPU machine's prepared run installs (bench/GPU.md): chute built here for its
+# Python 3.12 (manylinux, the system libzstd linked at run time) and the peers' wheels, into
+# .gpuwheels/ (ignored by git; the device tool's carry list names it).
+gpu-wheels:
+	bash bench/gpu-wheels.sh .gpuwheels
+
 clean:
-	rm -rf $(VENV) $(VENV_TF) .venv-3.* .venv-bench build dist site src/*.egg-info src/chute/_native/*.so
+	rm -rf $(VENV) $(VENV_TF) .venv-3.* .venv-bench .gpuwheels build dist site src/*.egg-info src/chute/_native/*.so
