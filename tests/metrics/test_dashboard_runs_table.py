@@ -301,3 +301,38 @@ def test_layout_nothing_clipped_or_covered(browser, url, width, tmp_path):
     if keep:
         shutil.copyfile(shot, os.path.join(keep, f"dashboard-{width}.png"))
     ctx.close()
+
+
+HOSTILE = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
+
+
+def test_markup_in_every_name_and_value_stays_text(browser, tmp_path):
+    """Run names, config keys and values, metric names and text values holding markup are
+    shown as text in the table, the config diff, group labels and charts: none runs."""
+    for seed in (0, 1):
+        with cm.DirectWriter(tmp_path / f"{HOSTILE.replace('/', '_')}{seed}") as w:
+            w.set_config({HOSTILE: HOSTILE + str(seed), "seed": seed, "note": {HOSTILE: 1}})
+            for s in range(20):
+                w.write({f"x{HOSTILE}".replace("/", "_"): float(s), "loss": 1.0, "t": HOSTILE})
+                w.end_step()
+    with dashboard(tmp_path) as url:
+        ctx = browser.new_context(viewport={"width": 1400, "height": 1010})
+        pg = ctx.new_page()
+        pg.goto(url)
+        pg.wait_for_function("document.querySelectorAll('#runs tbody tr[data-run]').length === 2")
+        pg.wait_for_function("document.querySelectorAll('.chart canvas').length >= 2")
+        pg.fill("#add-column", f"note.{HOSTILE}")
+        pg.dispatch_event("#add-column", "change")
+        pg.click("#compare")
+        pg.wait_for_selector("#diff table.diff")
+        pg.fill("#group", HOSTILE)
+        pg.dispatch_event("#group", "change")
+        pg.wait_for_function(
+            "document.querySelector('.chart .u-legend').textContent.includes('onerror')"
+        )
+        pg.fill("#where", f"`{HOSTILE}` ~ 'script'")
+        pg.wait_for_function("document.querySelector('#runs-count').textContent.startsWith('2 of')")
+        assert pg.evaluate("window.__xss") is None
+        assert pg.evaluate("document.querySelectorAll('img, script:not([src])').length") == 0
+        assert HOSTILE in pg.text_content("#runs")
+        ctx.close()
