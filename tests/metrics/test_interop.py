@@ -105,6 +105,23 @@ def test_chute_written_runs_read_identically_in_plattli(tmp_path, writer, zip_):
         assert r.manifest() == p.manifest()
 
 
+def test_a_live_compacting_run_before_its_first_compaction_reads_in_plattli(tmp_path):
+    """New metrics are declared in the manifest with no file until their rows are compacted:
+    plattli's reader takes that state (its own CompactingWriter publishes it too)."""
+    w = cm.CompactingWriter(tmp_path, hotsize=1000)
+    for s in range(3):
+        w.write(loss=1.0 / (s + 1), acc=np.float32(s), note=f"n{s}")
+        w.end_step()
+    assert not list((tmp_path / "plattli").glob("loss.*"))  # declared, no file yet
+    with cm.Reader(tmp_path) as r, plattli.Reader(tmp_path) as p:
+        assert sorted(r.metrics()) == sorted(p.metrics()) == ["acc", "loss", "note"]
+        for name in ("loss", "acc", "note"):
+            a, b = r.metric(name), p.metric(name)
+            assert a[0].tolist() == b[0].tolist() == [0, 1, 2], name
+            assert list(a[1]) == list(b[1]), name
+    w.close()
+
+
 def test_resume_across_libraries(tmp_path):
     with plattli.CompactingWriter(tmp_path, hotsize=5) as w:  # exit waits for its compaction
         for s in range(12):
