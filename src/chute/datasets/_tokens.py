@@ -365,10 +365,11 @@ class TokenDataset(StoreView):
         first = lo // size
         pieces = (hi - 1) // size - first + 1
         record = ranges(first, pieces)
-        if documents:  # each record once, in order: its document starts come out rising
+        if documents and not bool((record[1:] > record[:-1]).all()):
+            # each record once, in order, so that its document starts come out rising
             gathered, where = np.unique(record, return_inverse=True)
-        else:  # a record two spans share is decoded twice: rarer than a sort is dear
-            gathered, where = record, None
+        else:  # rising already, or no starts asked for (a record two spans share is then
+            gathered, where = record, None  # decoded twice: rarer than a sort is dear)
         got = self._gathered(gathered)
         base = record * size
         if int(pieces.max()) == 1:

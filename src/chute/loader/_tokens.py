@@ -307,12 +307,16 @@ class PackedTokens:
                     "positions": empty}  # fmt: skip
         groups, bins = np.divmod(rows, self.group)
         found = self._groups(np.unique(groups).tolist())
-        picked = [(found[g], b) for g, b in zip(groups.tolist(), bins.tolist(), strict=True)]
-        return {
-            "tokens": np.stack([p.tokens[b] for p, b in picked]),
-            "segment_ids": np.stack([p.segment_ids[b] for p, b in picked]),
-            "positions": np.stack([p.positions[b] for p, b in picked]),
-        }
+        n, width = rows.size, self.seq_len
+        tokens = np.empty((n, width), self.tokens.dtype)
+        segment_ids = np.empty((n, width), np.int32)
+        positions = np.empty((n, width), np.int32)
+        for k, (g, b) in enumerate(zip(groups.tolist(), bins.tolist(), strict=True)):
+            packed = found[g]
+            tokens[k] = packed.tokens[b]
+            segment_ids[k] = packed.segment_ids[b]
+            positions[k] = packed.positions[b]
+        return {"tokens": tokens, "segment_ids": segment_ids, "positions": positions}
 
     def __repr__(self) -> str:
         return (
