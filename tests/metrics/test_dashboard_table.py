@@ -8,6 +8,8 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("starlette")
 
@@ -244,3 +246,23 @@ def test_a_damaged_archive_lists_as_a_run_in_error_not_as_nothing(tmp_path):
         assert runs["good"]["status"] == "finished"
         for name in ("bad", "loose.plattli"):
             assert runs[name]["status"] == "error" and "zip" in runs[name]["error"].lower()
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    where=st.text(st.sampled_from("ab.() =!<>~'\"`[],-1e3 andornotin\\*+?"), max_size=60),
+    columns=st.lists(st.text(max_size=12), max_size=4),
+)
+def test_any_query_or_column_answers_200_or_400_never_500(tmp_path, where, columns):
+    """Hostile runs-table parameters: a clear 400 or a listing, never a server error."""
+    if not (tmp_path / "a").exists():
+        _sweep(tmp_path, steps=3)
+    with client(tmp_path) as c:
+        res = c.get("/api/runs", params={"where": where, "column": columns, "last": columns})
+        assert res.status_code in (200, 400), (where, res.status_code, res.text)
+        if res.status_code == 400:
+            assert res.text
+        else:
+            json.dumps(res.json())
