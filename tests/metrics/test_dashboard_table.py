@@ -266,3 +266,26 @@ def test_any_query_or_column_answers_200_or_400_never_500(tmp_path, where, colum
             assert res.text
         else:
             json.dumps(res.json())
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    metric=st.lists(
+        st.sampled_from(["loss", "", "..", "/etc/passwd", "nope", "a/../b"]), max_size=3
+    ),
+    x=st.sampled_from(["step", "loss", "nope", "", "../x"]),
+    width=st.sampled_from(["1", "800", "-5", "1e9", "wide"]),
+    smooth=st.sampled_from(["0", "0.9", "1", "-1", "nan", "x"]),
+    runs=st.lists(st.sampled_from(["r0", "r1", "r99", "", "../r0"]), max_size=3),
+)
+def test_any_group_request_answers_without_a_server_error(tmp_path, metric, x, width, smooth, runs):
+    if not (tmp_path / "a").exists():
+        _sweep(tmp_path, steps=3)
+    with client(tmp_path) as c:
+        params = {"metric": metric, "x": x, "width": width, "smooth": smooth, "run": runs}
+        res = c.get("/api/group", params=params)
+        assert res.status_code in (200, 400, 404), (params, res.status_code, res.text)
+        if res.status_code == 200:
+            assert "error" not in res.json(), res.json()
