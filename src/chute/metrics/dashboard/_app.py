@@ -10,6 +10,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -60,6 +61,12 @@ def _smooth(value: str) -> float:
     if not 0 <= f < 1:
         raise _bad(f"smooth must be in [0, 1), got {value!r}")
     return f
+
+
+def _curve_params(q: QueryParams) -> tuple[str, int, float]:
+    """A chart request's x axis, width (clamped to what a page can show) and smoothing."""
+    width = min(max(_int(q.get("width", "800"), "width"), MIN_WIDTH), MAX_WIDTH)
+    return _name(q.get("x", "step")), width, _smooth(q.get("smooth", "0"))
 
 
 def _name(value: str) -> str:
@@ -163,9 +170,7 @@ def create_app(paths: list[str], *, allowed_hosts: list[str] | None = None) -> S
         wanted = _names(q.getlist("metric"), "metrics")
         if not wanted:
             raise _bad("name at least one metric")
-        width = min(max(_int(q.get("width", "800"), "width"), MIN_WIDTH), MAX_WIDTH)
-        smooth = _smooth(q.get("smooth", "0"))
-        x = _name(q.get("x", "step"))
+        x, width, smooth = _curve_params(q)
         return _json(await in_thread(lambda: group_series(chosen, wanted, x, width, smooth)))
 
     async def metrics(request: Request) -> Response:
@@ -180,9 +185,7 @@ def create_app(paths: list[str], *, allowed_hosts: list[str] | None = None) -> S
         run = run_of(request)
         q = request.query_params
         wanted = _series_params(q.getlist("metric"), q.getlist("after"))
-        width = min(max(_int(q.get("width", "800"), "width"), MIN_WIDTH), MAX_WIDTH)
-        smooth = _smooth(q.get("smooth", "0"))
-        x = _name(q.get("x", "step"))
+        x, width, smooth = _curve_params(q)
 
         def work(r: Reader) -> dict[str, Any]:
             for name in wanted:
