@@ -40,8 +40,8 @@ class _Buckets:
 
     @classmethod
     def empty(cls, width: int) -> _Buckets:
-        sums = [np.zeros(width) for _ in range(3)]
-        return cls(*sums, low=np.full(width, np.inf), high=np.full(width, -np.inf))
+        count, y, x = np.zeros(width), np.zeros(width), np.zeros(width)
+        return cls(count, y, x, low=np.full(width, np.inf), high=np.full(width, -np.inf))
 
     def add(self, edges: Array, x: Array, y: Array) -> None:
         """Fold one slice of rows (x ascending) into the buckets."""
