@@ -64,3 +64,20 @@ def dashboard(root: os.PathLike[str] | str) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def open_page(
+    browser: Any, url: str, *, width: int = 1400, height: int = 1010, **context: Any
+) -> Iterator[Any]:
+    """``url`` in a page of a fresh browser context; a script error on it fails the test."""
+    ctx = browser.new_context(viewport={"width": width, "height": height}, **context)
+    page = ctx.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    try:
+        yield page
+    finally:
+        ctx.close()
+    assert not errors, errors

@@ -16,17 +16,11 @@ pytest.importorskip("playwright.sync_api")
 
 import chute.metrics as cm
 
-from .browser_util import chromium, dashboard
+from .browser_util import dashboard, open_page
 from .dashboard_util import write_run
 
 ALPHA, BETA = (31, 119, 180), (214, 39, 40)  # the page's first two run colours
 NUMERIC = ["acc", "loss", "lr", "walltime"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture(scope="module")
@@ -46,24 +40,18 @@ def served(tmp_path_factory):
 
 @pytest.fixture
 def page(browser, served, tmp_path):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = ctx.new_page()
-    errors = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.goto(served[0])
-    pg.wait_for_function(  # every chart drawn with both runs' curves
-        """names => names.every(n => {
-            const card = document.querySelector(`.chart[data-metric='${n}']`);
-            const drawn = card && card.querySelector('canvas') && card.dataset.lastX;
-            const last = drawn && JSON.parse(card.dataset.lastX);
-            return last && 'alpha' in last && 'beta' in last;
-        })""",
-        arg=NUMERIC,
-        timeout=15000,
-    )
-    yield pg
-    ctx.close()
-    assert not errors, errors
+    with open_page(browser, served[0], height=1000) as pg:
+        pg.wait_for_function(  # every chart drawn with both runs' curves
+            """names => names.every(n => {
+                const card = document.querySelector(`.chart[data-metric='${n}']`);
+                const drawn = card && card.querySelector('canvas') && card.dataset.lastX;
+                const last = drawn && JSON.parse(card.dataset.lastX);
+                return last && 'alpha' in last && 'beta' in last;
+            })""",
+            arg=NUMERIC,
+            timeout=15000,
+        )
+        yield pg
 
 
 def last_x(metric):

@@ -18,7 +18,7 @@ pytest.importorskip("playwright.sync_api")
 
 import chute.metrics as cm
 
-from .browser_util import chromium, dashboard
+from .browser_util import dashboard, open_page
 
 LONG = "sweep-with-a-rather-long-name/lr{lr}-depth{depth}-seed{seed}"
 GROUPS = ["lr=0.001, model.depth=6", "lr=0.001, model.depth=12", "lr=0.003, model.depth=6"]
@@ -50,12 +50,6 @@ def _sweep(root):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
 def url(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
     _sweep(root)
@@ -63,20 +57,19 @@ def url(tmp_path_factory):
         yield u
 
 
-@pytest.fixture
-def page(browser, url, tmp_path):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1010}, accept_downloads=True)
-    pg = ctx.new_page()
-    errors = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.goto(url)
+def _ready(pg):
+    """Wait for the sweep's ten rows and the loss chart."""
     pg.wait_for_function(
         "document.querySelectorAll('#runs tbody tr[data-run]').length === 10"
         " && document.querySelector(`.chart[data-metric='loss'] canvas`)"
     )
-    yield pg
-    ctx.close()
-    assert not errors, errors
+
+
+@pytest.fixture
+def page(browser, url):
+    with open_page(browser, url, accept_downloads=True) as pg:
+        _ready(pg)
+        yield pg
 
 
 def names(pg):
@@ -262,13 +255,12 @@ def test_an_error_shared_by_charts_is_said_once(page):
 
 @pytest.mark.parametrize("width", [1280, 1400, 1920])
 def test_layout_nothing_clipped_or_covered(browser, url, width, tmp_path):
-    ctx = browser.new_context(viewport={"width": width, "height": 1010})
-    pg = ctx.new_page()
-    pg.goto(url)
-    pg.wait_for_function(
-        "document.querySelectorAll('#runs tbody tr[data-run]').length === 10"
-        " && document.querySelector(`.chart[data-metric='loss'] canvas`)"
-    )
+    with open_page(browser, url, width=width) as pg:
+        _ready(pg)
+        _check_layout(pg, width, tmp_path)
+
+
+def _check_layout(pg, width, tmp_path):
     problems = pg.evaluate(
         """() => {
             const out = [];
@@ -300,7 +292,6 @@ def test_layout_nothing_clipped_or_covered(browser, url, width, tmp_path):
     keep = os.environ.get("CHUTE_SCREENSHOT_DIR")
     if keep:
         shutil.copyfile(shot, os.path.join(keep, f"dashboard-{width}.png"))
-    ctx.close()
 
 
 HOSTILE = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
@@ -315,10 +306,7 @@ def test_markup_in_every_name_and_value_stays_text(browser, tmp_path):
             for s in range(20):
                 w.write({f"x{HOSTILE}".replace("/", "_"): float(s), "loss": 1.0, "t": HOSTILE})
                 w.end_step()
-    with dashboard(tmp_path) as url:
-        ctx = browser.new_context(viewport={"width": 1400, "height": 1010})
-        pg = ctx.new_page()
-        pg.goto(url)
+    with dashboard(tmp_path) as url, open_page(browser, url) as pg:
         pg.wait_for_function("document.querySelectorAll('#runs tbody tr[data-run]').length === 2")
         pg.wait_for_function("document.querySelectorAll('.chart canvas').length >= 2")
         pg.fill("#add-column", f"note.{HOSTILE}")
@@ -335,4 +323,3 @@ def test_markup_in_every_name_and_value_stays_text(browser, tmp_path):
         assert pg.evaluate("window.__xss") is None
         assert pg.evaluate("document.querySelectorAll('img, script:not([src])').length") == 0
         assert HOSTILE in pg.text_content("#runs")
-        ctx.close()
