@@ -24,6 +24,7 @@ from chute import DataLoader
 from chute._util.buffers import plain
 from chute.frameworks import DeviceLoader, to_device
 from chute.frameworks._device import DeviceView
+from tests.batches_util import assert_same_batches
 from tests.objects.remote import Serve
 
 from .store.isolate import OK, WRONG_DATA, run_isolated
@@ -56,14 +57,6 @@ def _reference(n: int, start: int = 0, **kw: Any) -> list[dict[str, Any]]:
         return [next(dl) for _ in range(n)]
 
 
-def _same(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.keys() == w.keys()
-        for k in w:
-            np.testing.assert_array_equal(np.asarray(g[k]), w[k])
-
-
 @pytest.mark.parametrize(("framework", "device"), FRAMEWORKS)
 @pytest.mark.parametrize("threads", [1, 2, 4])
 @pytest.mark.parametrize("depth", [1, 3])
@@ -77,7 +70,7 @@ def test_same_batches_in_step_order_for_any_threads_and_depth(
         for step in range(25):
             assert dev.step == step
             got.append(next(dev))
-    _same(got, want)
+    assert_same_batches(got, want)
     kind = torch.Tensor if framework == "torch" else jax.Array
     assert all(isinstance(v, kind) for b in got for v in b.values())
 
@@ -107,7 +100,7 @@ def test_store_datasets_gather_straight_into_the_ring(
 
     streams["img"].gather_into = spy  # type: ignore[method-assign]
     with to_device(loader, "cpu", depth=2) as dev:
-        _same([next(dev) for _ in range(12)], want)
+        assert_same_batches([next(dev) for _ in range(12)], want)
     assert gathered and all(gathered)
     with pytest.raises(ValueError, match="batch is"):
         streams["img"].gather_into(np.arange(4), np.empty((3, 3, 8, 8), np.uint8))
@@ -249,7 +242,7 @@ def test_a_gather_error_surfaces_in_order_and_the_step_is_retried(
             next(dev)
         flaky.failing = False
         got += [next(dev) for _ in range(4)]
-    _same(got, want)
+    assert_same_batches(got, want)
 
 
 def test_a_copy_that_cannot_start_surfaces_at_its_batch() -> None:
@@ -263,7 +256,7 @@ def test_a_copy_that_cannot_start_surfaces_at_its_batch() -> None:
         got += [next(dev) for _ in range(4)]
         for t in mover.tickets:
             t.complete()
-    _same(got, want)
+    assert_same_batches(got, want)
 
 
 def test_an_asynchronous_copy_failure_surfaces_in_next_and_the_stream_goes_on() -> None:
@@ -280,7 +273,7 @@ def test_an_asynchronous_copy_failure_surfaces_in_next_and_the_stream_goes_on() 
         for ticket in mover.tickets[2:]:
             ticket.complete()
     assert 2 <= at <= 4
-    _same(rest, want[at : at + 4])
+    assert_same_batches(rest, want[at : at + 4])
 
 
 @pytest.mark.parametrize("failing", [0, 1])
@@ -302,7 +295,7 @@ def test_seek_waits_for_every_copy_and_raises_only_a_delivered_batch_failure(
         got = next(dev)
         for ticket in mover.tickets[3:]:
             ticket.complete()
-        _same([got], _reference(1, start=5))
+        assert_same_batches([got], _reference(1, start=5))
 
 
 def test_a_batch_torch_cannot_hold_is_a_copy_error_at_its_step() -> None:
@@ -330,10 +323,10 @@ def test_exact_resume_and_seek_with_copies_in_flight(framework: str, device: Any
     with to_device(_loader(1), device, depth=2, framework=framework) as dev:  # type: ignore[arg-type]
         dev.load_state_dict(state)
         got += [next(dev) for _ in range(19)]
-        _same(got, want)
+        assert_same_batches(got, want)
         dev.seek(2)
         assert dev.step == 2
-        _same([next(dev) for _ in range(3)], want[2:5])
+        assert_same_batches([next(dev) for _ in range(3)], want[2:5])
     other = to_device(_loader(2), device, framework=framework)  # type: ignore[arg-type]
     with other as dev, pytest.raises(ValueError, match="different stream"):
         dev.load_state_dict({**state, "seed": 12})
@@ -362,7 +355,7 @@ def test_jax_batches_go_into_a_sharding() -> None:
     with to_device(_loader(2), sharding, depth=2) as dev:
         got = [next(dev) for _ in range(3)]
     assert all(b["x"].sharding == sharding for b in got)
-    _same(got, want)
+    assert_same_batches(got, want)
 
 
 def test_any_iterable_of_batches_goes_through_a_device_view() -> None:
@@ -401,7 +394,7 @@ def test_any_sequence_of_next_seek_and_resume_matches_the_cpu_loader(
         for op, arg in ops:
             if op == "next":
                 want, got = next(reference), next(dev)
-                _same([got], [want])
+                assert_same_batches([got], [want])
             elif op == "seek":
                 reference.seek(arg)
                 dev.seek(arg)
@@ -435,9 +428,9 @@ def test_an_evaluation_pass_goes_through_the_device_stage_once_in_order(last: st
     with to_device(iterate(DATA, 50, last=last, num_threads=3), "cpu", depth=3) as dev:  # type: ignore[arg-type]
         got = list(dev)
         assert next(dev, None) is None  # finished, and stays so
-        _same(got, want)
+        assert_same_batches(got, want)
         dev.seek(2)  # seek starts it again, from there
-        _same(list(dev), want[2:])
+        assert_same_batches(list(dev), want[2:])
     assert sum(len(b["y"]) for b in got) >= N
 
 
@@ -494,4 +487,4 @@ def test_depth_is_bounded_as_prefetch_is() -> None:
 def test_worker_processes_feed_the_device_stage_in_step_order() -> None:
     want = _reference(10)
     with to_device(_loader(1, workers=2), "cpu", depth=2) as dev:
-        _same([next(dev) for _ in range(10)], want)
+        assert_same_batches([next(dev) for _ in range(10)], want)

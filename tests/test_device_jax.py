@@ -17,6 +17,7 @@ import pytest
 
 from chute import DataLoader
 from chute.frameworks import DeviceLoader, to_device
+from tests.batches_util import assert_same_batches
 
 jax = pytest.importorskip("jax")
 
@@ -36,14 +37,6 @@ def _loader(threads: int = 2, **kw: Any) -> DataLoader:
 def _reference(n: int) -> list[dict[str, np.ndarray]]:
     with _loader(1) as dl:
         return [next(dl) for _ in range(n)]
-
-
-def _same(got: list[dict[str, Any]], want: list[dict[str, np.ndarray]]) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.keys() == w.keys()
-        for k in w:
-            np.testing.assert_array_equal(np.asarray(g[k]), w[k])
 
 
 @pytest.mark.filterwarnings("ignore:JAX has 64-bit types off")
@@ -73,7 +66,7 @@ def test_one_transfer_per_batch_and_the_narrowing_on_the_loader_threads(
     assert puts == [3] * 12  # x, y and ids in one call per batch (two copied ahead)
     assert got[0]["ids"].dtype == np.int32  # narrowed, as x64 is off
     assert fitted_on and all(name.startswith("chute-loader") for name in fitted_on)
-    _same(got, _reference(10))
+    assert_same_batches(got, _reference(10))
 
 
 def test_pinned_staging_is_off_on_cpu_and_works_where_forced() -> None:
@@ -87,7 +80,7 @@ def test_pinned_staging_is_off_on_cpu_and_works_where_forced() -> None:
     with DeviceLoader(_loader(2), mover, depth=2) as dev:
         got = [next(dev) for _ in range(6)]
     assert {b["x"].sharding.memory_kind for b in got} == {"device"}
-    _same(got, _reference(6))
+    assert_same_batches(got, _reference(6))
 
 
 class _Memory:

@@ -13,6 +13,7 @@ import pytest
 
 from chute.frameworks import DeviceView, to_device
 from chute.insitu import InSituDataset
+from tests.batches_util import assert_same_batches
 
 from .test_dataset import dataset
 
@@ -25,14 +26,6 @@ KW: dict[str, Any] = {"batch_size": 10, "seed": 4, "block_chunks": 3}
 
 def _host(batch: dict[str, Any]) -> dict[str, np.ndarray]:
     return {k: np.asarray(v) for k, v in batch.items()}
-
-
-def _same(got: list[dict[str, Any]], want: list[dict[str, np.ndarray]]) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g.keys() == w.keys()
-        for k in w:
-            np.testing.assert_array_equal(np.asarray(g[k]), w[k])
 
 
 @pytest.fixture
@@ -52,9 +45,9 @@ def test_a_view_delivers_the_same_passes_on_the_device(
         got = list(view)
         kind = torch.Tensor if framework == "torch" else jax.Array
         assert all(isinstance(v, kind) for b in got for v in b.values())
-        _same(got, reference)
+        assert_same_batches(got, reference)
         assert ds.state_dict()["positions"]["train"] == 0  # a whole pass: the next starts over
-        _same(list(view), reference)
+        assert_same_batches(list(view), reference)
 
 
 def test_the_page_locked_allocator_reaches_the_dataset(archive: Path) -> None:
@@ -104,7 +97,7 @@ def test_resume_after_a_break_is_exact_despite_batches_in_flight(
     with dataset(archive, **KW) as ds:
         ds.load_state_dict(state)
         got += list(to_device(ds.train, "cpu", depth=2))
-    _same(got, reference)
+    assert_same_batches(got, reference)
 
 
 def test_an_error_ends_the_pass_after_the_batches_before_it(
@@ -128,7 +121,7 @@ def test_an_error_ends_the_pass_after_the_batches_before_it(
         assert view.state_dict()["positions"]["train"] == 5
         failing["on"] = False
         got += list(view)  # the next pass continues at the failed batch
-    _same(got, reference)
+    assert_same_batches(got, reference)
 
 
 def test_a_dataset_itself_is_not_a_source(archive: Path) -> None:
@@ -158,7 +151,7 @@ def test_load_state_dict_mid_pass_drops_the_batches_copied_ahead(
         foreign = {**state, "config": {**state["config"], "seed": 99}}
         with pytest.raises(StateMismatchError, match="seed: saved 99, current 4"):
             view.load_state_dict(foreign)
-    _same(got, reference)
+    assert_same_batches(got, reference)
 
 
 def test_a_plain_iterable_has_no_state_to_load() -> None:
