@@ -394,7 +394,7 @@ class ProcessPool:
             )
             if future.set_running_or_notify_cancel():
                 future.set_exception(error)
-        with contextlib.suppress(OSError):
+        with self._lock, contextlib.suppress(OSError):  # not while `stop` sends on it
             worker.conn.close()
 
     def stop(self) -> None:
@@ -405,9 +405,10 @@ class ProcessPool:
         with contextlib.suppress(OSError):
             os.write(self._wake[1], b"s")
         workers = [w for w in self._workers if w is not None]
-        for w in workers:
-            with contextlib.suppress(OSError, ValueError):
-                w.conn.send(None)
+        for w in workers:  # a worker found dead has its pipe closed by `_died`, in the lock
+            with self._lock, contextlib.suppress(OSError, ValueError):
+                if not w.dead:
+                    w.conn.send(None)
         for w in workers:
             w.process.join(timeout=self._grace)
             if w.process.is_alive():
