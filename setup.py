@@ -11,6 +11,9 @@ setup(
             sources=[
                 "src/chute/_native/zrecord_module.c",
                 "src/chute/_native/gather.c",
+                "src/chute/_native/pyface.c",
+                "src/chute/_native/tokens.c",
+                "src/chute/_native/tokens_module.c",
                 "src/chute/_native/compress.c",
                 "src/chute/_native/zctx.c",
                 "src/chute/_native/pool.c",

@@ -1,6 +1,7 @@
 """The typed face of chute's compiled core. Only `chute.store`, the samplers
-(`chute.loader._sampler`), the in-place loader's slab pool (`chute.insitu._shared`, for
-CRC-32C) and the metric curves (`chute.metrics._smooth`) import it."""
+(`chute.loader._sampler`), the token reader (`chute.datasets._tokens_read`), the in-place
+loader's slab pool (`chute.insitu._shared`, for CRC-32C) and the metric curves
+(`chute.metrics._smooth`) import it."""
 
 from chute._native import _sampler as sampler_codes  # MODE_* sampler mode codes
 from chute._native import _zrecord as codes  # GE_* gather error codes, MAX_RECORD
@@ -17,6 +18,7 @@ from chute._native._zrecord import (
     make_ddict,
     map_chunks,
     put_entry,
+    read_tokens,
     store_generation,
     store_state,
     train_dict,
@@ -38,6 +40,7 @@ __all__ = [
     "make_ddict",
     "map_chunks",
     "put_entry",
+    "read_tokens",
     "sampler_codes",
     "store_generation",
     "store_state",

@@ -17,6 +17,15 @@ def gather(
     strict: bool,
     threads: int,
 ) -> tuple[int, int, int, int]: ...
+def read_tokens(
+    sources: Sequence[tuple[tuple[int, int, int, int], tuple[Any, ...]]],
+    which: _Buffer | None,
+    lo: _Buffer,
+    length: _Buffer,
+    out: _Buffer,
+    doc_counts: _Buffer | None,
+    threads: int,
+) -> tuple[int, int, int, int, bytearray | None, int]: ...
 def map_chunks(fds: Sequence[int]) -> Any: ...
 def chunks_from_buffers(buffers: Sequence[_Buffer]) -> Any: ...
 def compress(
@@ -55,6 +64,10 @@ GE_CHECKSUM: int
 GE_NOMEM: int
 GE_TABLE: int
 GE_SUMS: int
+TE_SPAN: int
+TE_HEADER: int
+TE_STARTS: int
+TE_OUT: int
 MAX_RECORD: int
 ZSTD_MIN_LEVEL: int
 ZSTD_MAX_LEVEL: int

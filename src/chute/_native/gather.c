@@ -11,11 +11,9 @@
 /* Work, in bytes of plain copy, that makes another shard worth waking a thread for. */
 enum { SHARD_WORK = 48 * 1024, FRAME_COST = 4096, DECODE_FACTOR = 4, SHARDS_PER_THREAD = 4 };
 
-/* Decodes one record into out[0..logic). Returns a GE_* code. *dctx is the thread's decoder,
- * fetched on the first compressed record. */
-static int decode_one(const gather_args *a, ZSTD_DCtx **dctx, const zr_loc *loc, uint8_t *out,
-                      long long *detail) {
-    if (loc->chunk_id >= a->nchunks) {
+/* Where record loc lies is inside its chunk's readable bytes, and its lengths under the cap. */
+static int check_loc(const zr_store *s, const zr_loc *loc, long long *detail) {
+    if (loc->chunk_id >= s->nchunks) {
         *detail = loc->chunk_id;
         return GE_CHUNK;
     }
@@ -23,41 +21,98 @@ static int decode_one(const gather_args *a, ZSTD_DCtx **dctx, const zr_loc *loc,
         *detail = loc->logic_length;
         return GE_TOO_LARGE;
     }
-    if ((uint64_t)loc->offset + loc->phys_length > a->limits[loc->chunk_id]) {
+    if ((uint64_t)loc->offset + loc->phys_length > s->limits[loc->chunk_id]) {
         *detail = (long long)loc->offset + loc->phys_length;
         return GE_BOUNDS;
     }
-    const uint8_t *src = a->bases[loc->chunk_id] + loc->offset;
-    switch (loc->codec) {
-    case CODEC_RAW:
-        if (loc->phys_length != loc->logic_length) {
-            *detail = loc->phys_length;
-            return GE_LENGTH;
-        }
-        if (loc->logic_length) memcpy(out, src, loc->logic_length);
-        return GE_OK;
-    case CODEC_ZSTD:
-    case CODEC_ZSTD_DICT: {
-        if (loc->codec == CODEC_ZSTD_DICT && !a->ddict) return GE_NO_DICT;
-        if (!*dctx && !(*dctx = chute_thread_dctx())) return GE_NOMEM;
-        size_t r = loc->codec == CODEC_ZSTD
-                       ? ZSTD_decompressDCtx(*dctx, out, loc->logic_length, src, loc->phys_length)
-                       : ZSTD_decompress_usingDDict(*dctx, out, loc->logic_length, src,
-                                                    loc->phys_length, a->ddict);
-        if (ZSTD_isError(r)) {
-            *detail = (long long)r;
-            return GE_DECODE;
-        }
-        if (r != loc->logic_length) {
-            *detail = (long long)r;
-            return GE_LENGTH;
-        }
-        return GE_OK;
+    if (loc->codec == CODEC_RAW && loc->phys_length != loc->logic_length) {
+        *detail = loc->phys_length;
+        return GE_LENGTH;
     }
-    default:
+    return GE_OK;
+}
+
+/* Decodes one compressed record into out[0..logic). *dctx is the thread's decoder, fetched on
+ * the first compressed record. */
+static int decode_zstd(const zr_store *s, ZSTD_DCtx **dctx, const zr_loc *loc, uint8_t *out,
+                       long long *detail) {
+    const uint8_t *src = s->bases[loc->chunk_id] + loc->offset;
+    if (loc->codec != CODEC_ZSTD && loc->codec != CODEC_ZSTD_DICT) {
         *detail = loc->codec;
         return GE_CODEC;
     }
+    if (loc->codec == CODEC_ZSTD_DICT && !s->ddict) return GE_NO_DICT;
+    if (!*dctx && !(*dctx = chute_thread_dctx())) return GE_NOMEM;
+    size_t r = loc->codec == CODEC_ZSTD
+                   ? ZSTD_decompressDCtx(*dctx, out, loc->logic_length, src, loc->phys_length)
+                   : ZSTD_decompress_usingDDict(*dctx, out, loc->logic_length, src,
+                                                loc->phys_length, s->ddict);
+    if (ZSTD_isError(r)) {
+        *detail = (long long)r;
+        return GE_DECODE;
+    }
+    if (r != loc->logic_length) {
+        *detail = (long long)r;
+        return GE_LENGTH;
+    }
+    return GE_OK;
+}
+
+/* Decodes one record into out[0..logic). Returns a GE_* code. */
+static int decode_one(const zr_store *s, ZSTD_DCtx **dctx, const zr_loc *loc, uint8_t *out,
+                      long long *detail) {
+    int code = check_loc(s, loc, detail);
+    if (code != GE_OK) return code;
+    if (loc->codec == CODEC_RAW) {
+        if (loc->logic_length) memcpy(out, s->bases[loc->chunk_id] + loc->offset, loc->logic_length);
+        return GE_OK;
+    }
+    return decode_zstd(s, dctx, loc, out, detail);
+}
+
+/* Record ix's logical bytes against the sidecar: GE_OK, or the damage they show. A record the
+ * sidecar cannot vouch for (an edit by a writer that keeps none) counts in *unchecked. */
+static int check_sum(const zr_store *s, int64_t ix, const zr_loc *loc, const uint8_t *bytes,
+                     long long *detail, uint64_t *unchecked) {
+    const zr_sum *sum = (uint64_t)ix < s->nsums ? &s->sums[ix] : NULL;
+    int same = sum && sum->offset == loc->offset && sum->chunk_id == loc->chunk_id &&
+               sum->phys_length == loc->phys_length && sum->codec == loc->codec;
+    if (sum && sum->valid && same) {
+        uint32_t c = chute_crc32c(0, bytes, loc->logic_length);
+        if (c != sum->crc) {
+            *detail = c;
+            return GE_CHECKSUM;
+        }
+    } else if (sum && sum->valid && s->strict) {
+        return GE_TABLE;
+    } else if (!sum && s->strict) {
+        *detail = (long long)s->nsums; /* in step, yet shorter than the table: truncated */
+        return GE_SUMS;
+    } else {
+        (*unchecked)++;
+    }
+    return GE_OK;
+}
+
+int chute_record_view(const zr_store *s, ZSTD_DCtx **dctx, int64_t ix, uint8_t *scratch,
+                      const uint8_t **data, uint32_t *length, long long *detail,
+                      uint64_t *unchecked) {
+    if (ix < 0 || (uint64_t)ix >= s->length) {
+        *detail = ix;
+        return GE_INDEX;
+    }
+    const zr_loc *loc = &s->table[ix];
+    int code = check_loc(s, loc, detail);
+    if (code != GE_OK) return code;
+    if (loc->codec == CODEC_RAW) {
+        *data = s->bases[loc->chunk_id] + loc->offset;
+    } else {
+        code = decode_zstd(s, dctx, loc, scratch, detail);
+        if (code != GE_OK) return code;
+        *data = scratch;
+    }
+    *length = loc->logic_length;
+    return s->sums ? check_sum(s, ix, loc, *data, detail, unchecked) : GE_OK;
 }
 
 typedef struct {
@@ -75,11 +130,11 @@ static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
         long long detail = 0;
         int64_t ix = a->idx[i];
         int code = GE_OK;
-        if (ix < 0 || (uint64_t)ix >= a->length) {
+        if (ix < 0 || (uint64_t)ix >= a->s.length) {
             code = GE_INDEX;
             detail = ix;
         } else {
-            const zr_loc *loc = &a->table[ix];
+            const zr_loc *loc = &a->s.table[ix];
             uint64_t off = a->dst_off ? a->dst_off[i] : (uint64_t)i * a->stride;
             uint64_t want = a->dst_off ? loc->logic_length : a->stride;
             if (loc->logic_length > MAX_RECORD || loc->phys_length > MAX_RECORD) {
@@ -94,26 +149,9 @@ static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
                 detail = (long long)off;
             } else {
                 uint8_t *out = a->dst + off;
-                code = decode_one(a, &dctx, loc, out, &detail);
-                if (code == GE_OK && a->sums) {
-                    const zr_sum *s = (uint64_t)ix < a->nsums ? &a->sums[ix] : NULL;
-                    int same = s && s->offset == loc->offset && s->chunk_id == loc->chunk_id &&
-                               s->phys_length == loc->phys_length && s->codec == loc->codec;
-                    if (s && s->valid && same) {
-                        uint32_t c = chute_crc32c(0, out, loc->logic_length);
-                        if (c != s->crc) {
-                            code = GE_CHECKSUM;
-                            detail = c;
-                        }
-                    } else if (s && s->valid && a->strict) {
-                        code = GE_TABLE;
-                    } else if (!s && a->strict) {
-                        code = GE_SUMS; /* in step, yet shorter than the table: truncated */
-                        detail = (long long)a->nsums;
-                    } else {
-                        job->unchecked[shard]++;
-                    }
-                }
+                code = decode_one(&a->s, &dctx, loc, out, &detail);
+                if (code == GE_OK && a->s.sums)
+                    code = check_sum(&a->s, ix, loc, out, &detail, &job->unchecked[shard]);
             }
         }
         if (code != GE_OK) {
@@ -133,8 +171,8 @@ void chute_gather(gather_args *a) {
     uint64_t work = 0;
     for (size_t i = 0; i < a->n; i++) {
         int64_t ix = a->idx[i];
-        if (ix < 0 || (uint64_t)ix >= a->length) continue;
-        const zr_loc *loc = &a->table[ix];
+        if (ix < 0 || (uint64_t)ix >= a->s.length) continue;
+        const zr_loc *loc = &a->s.table[ix];
         work += loc->codec == CODEC_RAW ? loc->logic_length
                                         : FRAME_COST + DECODE_FACTOR * (uint64_t)loc->logic_length;
     }

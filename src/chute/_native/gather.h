@@ -34,6 +34,7 @@ typedef struct {
     long long detail;
 } gather_error;
 
+/* One store as the read loops see it: its table, its chunks, its dictionary and sidecar. */
 typedef struct {
     const zr_loc *table;
     uint64_t length;
@@ -41,20 +42,32 @@ typedef struct {
     const uint64_t *limits;       /* readable bytes of each chunk */
     uint32_t nchunks;
     const ZSTD_DDict *ddict;
+    const zr_sum *sums; /* NULL: no checksum check */
+    uint64_t nsums;
+    int strict; /* the sidecar is in step with the table: a mismatch is damage, not an edit */
+} zr_store;
+
+typedef struct {
+    zr_store s;
     const int64_t *idx;
     size_t n;
     uint8_t *dst;
     size_t dst_len;
     const uint64_t *dst_off; /* NULL: record i goes to i * stride and must be stride bytes */
     uint64_t stride;
-    const zr_sum *sums; /* NULL: no checksum check */
-    uint64_t nsums;
-    int strict; /* the sidecar is in step with the table: a mismatch is damage, not an edit */
     size_t max_threads;
     gather_error err; /* out */
     uint64_t unchecked; /* out: records whose sidecar entry did not match the table */
 } gather_args;
 
 void chute_gather(gather_args *a);
+
+/* Record ix of a store, checked as a gather checks it (location, lengths, decode, checksum):
+ * *data is its logical bytes (inside the mapped chunk for a raw record, else decoded into
+ * scratch, MAX_RECORD bytes, allocated by the caller), *length their count. Returns a GE_*
+ * code; *unchecked counts a record whose sidecar entry could not vouch for it. */
+int chute_record_view(const zr_store *s, ZSTD_DCtx **dctx, int64_t ix, uint8_t *scratch,
+                      const uint8_t **data, uint32_t *length, long long *detail,
+                      uint64_t *unchecked);
 
 #endif

@@ -1,11 +1,14 @@
 #include "zctx.h"
 
+#include "format.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 
 typedef struct {
     ZSTD_DCtx *dctx;
     ZSTD_CCtx *cctx;
+    uint8_t *scratch;
 } thread_ctx;
 
 static pthread_key_t ctx_key;
@@ -16,6 +19,7 @@ static void free_ctx(void *p) {
     if (!t) return;
     if (t->dctx) ZSTD_freeDCtx(t->dctx);
     if (t->cctx) ZSTD_freeCCtx(t->cctx);
+    free(t->scratch);
     free(t);
 }
 
@@ -42,4 +46,10 @@ ZSTD_CCtx *chute_thread_cctx(void) {
     thread_ctx *t = get_ctx();
     if (t && !t->cctx) t->cctx = ZSTD_createCCtx();
     return t ? t->cctx : NULL;
+}
+
+uint8_t *chute_thread_scratch(void) {
+    thread_ctx *t = get_ctx();
+    if (t && !t->scratch) t->scratch = malloc(MAX_RECORD);
+    return t ? t->scratch : NULL;
 }

@@ -14,6 +14,8 @@
 #include "compress.h"
 #include "crc32c.h"
 #include "gather.h"
+#include "pyface.h"
+#include "tokens.h"
 #include "zstd_api.h"
 
 /* 16 bytes in one store instruction (movdqa; a q-register store elsewhere): a signal is
@@ -28,8 +30,6 @@ static inline void store16(uint8_t *dst, const void *src) {
 #endif
 }
 
-#define CDICT_CAPSULE "chute.zstd_cdict"
-#define DDICT_CAPSULE "chute.zstd_ddict"
 /* From this dictionary size on, attaching its tables beats copying them per record
  * (measured on 12 KiB records at level 19: 1 MiB dictionary 2.9 -> 5.2 MiB/s, while a
  * 110 KiB one drops from 35 to 7 MiB/s when attached). */
@@ -108,15 +108,7 @@ static PyObject *train_dict(PyObject *self, PyObject *args) {
  * never touch a page past the end of its file); or Python buffers the capsule holds (bytes a
  * remote read fetched), each as long as it is. `sizes` is each chunk's real extent: a gather
  * refuses a limit past it, so no table can make it read outside a buffer. */
-#define CHUNKS_CAPSULE "chute.chunk_maps"
 #define CHUNK_SPAN ((size_t)1 << 32)
-
-typedef struct {
-    size_t n;
-    uint8_t **bases;
-    uint64_t *sizes;
-    Py_buffer *views; /* NULL for mapped files; else one held view per chunk */
-} chunk_maps;
 
 static void chunks_free(PyObject *cap) {
     chunk_maps *m = PyCapsule_GetPointer(cap, CHUNKS_CAPSULE);
@@ -196,8 +188,6 @@ fail:
     return NULL;
 }
 
-static int plain_format(const char *f);
-
 /* chunks_from_buffers(buffers): chunks over Python buffers (bytes, numpy arrays, obstore's
  * Bytes), held until the capsule dies, so the memory cannot move or go while a gather reads
  * it. Each must be C-contiguous plain bytes; it is only ever read. */
@@ -227,7 +217,7 @@ static PyObject *chunks_from_buffers(PyObject *self, PyObject *args) {
             goto fail;
         }
         m->n = (size_t)i + 1; /* held: released by the capsule from here on */
-        if (!plain_format(v->format)) {
+        if (!chute_plain_format(v->format)) {
             PyErr_Format(PyExc_TypeError,
                          "chunk %zd has buffer format '%s', which holds Python objects or "
                          "pointers: chunks are plain bytes",
@@ -245,87 +235,24 @@ fail:
     return NULL;
 }
 
-/* True when a PEP 3118 format describes plain bytes: no Python object ('O') and no
- * pointer ('&') anywhere, field names (between colons) skipped. Writing record bytes over an
- * object's pointers would crash the interpreter later, so such buffers are refused. */
-static int plain_format(const char *f) {
-    if (!f) return 1; /* no format: unsigned bytes */
-    for (; *f; f++) {
-        if (*f == ':') { /* a field name: skip to its closing colon */
-            const char *end = strchr(f + 1, ':');
-            if (!end) return 0;
-            f = end;
-        } else if (*f == 'O' || *f == '&') {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* The destination of a gather: writable, C-contiguous, plain bytes. */
-static int get_dst(PyObject *obj, Py_buffer *view) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_BufferError) &&
-            !PyErr_ExceptionMatches(PyExc_ValueError) &&
-            !PyErr_ExceptionMatches(PyExc_TypeError))
-            return -1;
-        PyErr_Clear();
-        PyErr_SetString(PyExc_ValueError,
-                        "out must be a writeable C-contiguous buffer of a plain dtype");
-        return -1;
-    }
-    if (!plain_format(view->format)) {
-        PyErr_Format(PyExc_TypeError,
-                     "out has buffer format '%s', which holds Python objects or pointers: "
-                     "records can only be gathered into plain-data buffers",
-                     view->format);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 /* gather(table, limits, chunks, idx, dst, stride, offsets, ddict, sums, strict, threads)
  *   -> (code, pos, detail, unchecked). code 0 is success; the caller raises otherwise. */
 static PyObject *gather(PyObject *self, PyObject *args) {
-    Py_buffer table, limits, idx, dst = {0}, offsets = {0}, sums = {0};
-    PyObject *chunks_obj, *dst_obj, *offsets_obj, *ddict_obj, *sums_obj;
+    Py_buffer idx, dst = {0}, offsets = {0};
+    PyObject *table, *limits, *chunks, *dst_obj, *offsets_obj, *ddict, *sums;
     unsigned long long stride;
     Py_ssize_t threads;
     int strict;
-    if (!PyArg_ParseTuple(args, "y*y*Oy*OKOOOpn", &table, &limits, &chunks_obj, &idx, &dst_obj,
-                          &stride, &offsets_obj, &ddict_obj, &sums_obj, &strict, &threads))
+    if (!PyArg_ParseTuple(args, "OOOy*OKOOOpn", &table, &limits, &chunks, &idx, &dst_obj,
+                          &stride, &offsets_obj, &ddict, &sums, &strict, &threads))
         return NULL;
     PyObject *result = NULL;
-    if (get_dst(dst_obj, &dst) < 0) goto done;
+    store_views views;
     gather_args a = {0};
-    chunk_maps *maps = PyCapsule_GetPointer(chunks_obj, CHUNKS_CAPSULE);
-    if (!maps) goto done;
+    if (chute_open_store(table, limits, chunks, ddict, sums, strict, &views, &a.s) < 0) goto done;
+    if (chute_get_dst(dst_obj, &dst) < 0) goto done;
     if (offsets_obj != Py_None && PyObject_GetBuffer(offsets_obj, &offsets, PyBUF_SIMPLE) < 0)
         goto done;
-    if (sums_obj != Py_None && PyObject_GetBuffer(sums_obj, &sums, PyBUF_SIMPLE) < 0) goto done;
-    if ((size_t)limits.len < maps->n * sizeof(uint64_t)) {
-        PyErr_SetString(PyExc_ValueError, "limits shorter than the chunk list");
-        goto done;
-    }
-    for (size_t c = 0; c < maps->n; c++) {
-        uint64_t limit = ((const uint64_t *)limits.buf)[c];
-        if (limit > maps->sizes[c]) {
-            PyErr_Format(PyExc_ValueError,
-                         "the limit of chunk %zu (%llu bytes) is past its end (%llu bytes)", c,
-                         (unsigned long long)limit, (unsigned long long)maps->sizes[c]);
-            goto done;
-        }
-    }
-    a.table = table.buf;
-    a.length = (uint64_t)table.len / sizeof(zr_loc);
-    a.bases = (const uint8_t *const *)maps->bases;
-    a.limits = limits.buf;
-    a.nchunks = (uint32_t)maps->n;
-    if (ddict_obj != Py_None) {
-        a.ddict = PyCapsule_GetPointer(ddict_obj, DDICT_CAPSULE);
-        if (!a.ddict) goto done;
-    }
     a.idx = idx.buf;
     a.n = (size_t)idx.len / sizeof(int64_t);
     a.dst = dst.buf;
@@ -338,11 +265,6 @@ static PyObject *gather(PyObject *self, PyObject *args) {
         }
         a.dst_off = offsets.buf;
     }
-    if (sums.buf) {
-        a.sums = sums.buf;
-        a.nsums = (uint64_t)sums.len / sizeof(zr_sum);
-        a.strict = strict;
-    }
     a.max_threads = threads > 0 ? (size_t)threads : 1;
     if (a.n <= 1) {
         chute_gather(&a); /* not worth a GIL round trip */
@@ -354,12 +276,10 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     result = Py_BuildValue("inLK", a.err.code, (Py_ssize_t)a.err.pos, a.err.detail,
                            (unsigned long long)a.unchecked);
 done:
-    PyBuffer_Release(&table);
-    PyBuffer_Release(&limits);
+    chute_release_store(&views);
     PyBuffer_Release(&idx);
     if (dst.obj) PyBuffer_Release(&dst);
-    if (offsets.buf) PyBuffer_Release(&offsets);
-    if (sums.buf) PyBuffer_Release(&sums);
+    if (offsets.obj) PyBuffer_Release(&offsets);
     return result;
 }
 
@@ -552,6 +472,8 @@ static PyObject *crc32c(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Decode records into a caller buffer across cores."},
+    {"read_tokens", chute_py_read_tokens, METH_VARARGS,
+     "Spans of token streams, their records' headers checked, in one call across cores."},
     {"map_chunks", map_chunks, METH_VARARGS, "Map chunk files read-only for gather."},
     {"chunks_from_buffers", chunks_from_buffers, METH_VARARGS,
      "Hold Python buffers as the chunks of a gather."},
@@ -577,6 +499,7 @@ PyMODINIT_FUNC PyInit__zrecord(void) {
 #define CHUTE_ADD_ERROR(name, value)                                                         \
     if (PyModule_AddIntConstant(m, #name, value) < 0) goto fail;
     CHUTE_GATHER_ERRORS(CHUTE_ADD_ERROR)
+    CHUTE_TOKEN_ERRORS(CHUTE_ADD_ERROR)
 #undef CHUTE_ADD_ERROR
     if (PyModule_AddIntConstant(m, "MAX_RECORD", MAX_RECORD) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "CODEC_RAW", CODEC_RAW) < 0) goto fail;

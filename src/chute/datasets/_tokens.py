@@ -24,11 +24,12 @@ reordered or foreign record is a `CorruptStoreError`, never other tokens.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 import numpy.typing as npt
 
+from chute._native import codes, read_tokens
 from chute._util.checks import check_int
 from chute.datasets._bytes import _BYTES
 from chute.datasets._view import StoreView
@@ -38,7 +39,7 @@ from chute.errors import (
     RecordIndexError,
     StoreKindError,
 )
-from chute.store._internal import MAX_RECORD
+from chute.store._internal import MAX_RECORD, InPlace
 
 __all__ = [
     "FINAL",
@@ -46,9 +47,11 @@ __all__ = [
     "MAGIC",
     "TOKEN_DTYPES",
     "TokenDataset",
+    "TokenRead",
     "join",
     "max_record_tokens",
     "ranges",
+    "read_token_spans",
 ]
 
 MAGIC = b"CTOK"
@@ -126,40 +129,6 @@ def _offsets(values: npt.ArrayLike, what: str) -> npt.NDArray[np.int64]:
     return array.astype(np.int64, copy=False).reshape(-1)
 
 
-class _Records:
-    """Token records gathered in one native call, their headers checked."""
-
-    def __init__(self, owner: TokenDataset, records: npt.NDArray[np.int64]) -> None:
-        values, offsets = owner.store.gather_packed(records)
-        self.owner = owner
-        self.records = records
-        size = HEADER.itemsize
-        at = offsets[:-1].astype(np.int64)
-        lengths = offsets[1:].astype(np.int64) - at
-        if lengths.size and int(lengths.min()) < size:
-            bad = int(np.argmax(lengths < size))
-            owner._damaged(records[bad], f"{int(lengths[bad])} bytes, no header")
-        words = values[at[:, None] + np.arange(size)].view("<u8")  # 4 header words a record
-        self.counts, self.starts_n = owner._check_heads(records, words, lengths)
-        itemsize = owner.dtype.itemsize
-        self.tokens = values.view(owner.dtype)  # every length checked: whole tokens throughout
-        self.token_at = (at + size) // itemsize
-        self.starts_at = at + size + self.counts * itemsize
-        self.values = values
-
-    def every_start(self, record_tokens: int) -> npt.NDArray[np.int64]:
-        """The stream offsets of the document starts of every record gathered, rising."""
-        raw = self.values[ranges(self.starts_at, self.starts_n * _START.itemsize)]
-        local = raw.view(_START).astype(np.int64)
-        every = local + np.repeat(self.records * record_tokens, self.starts_n)
-        outside = local >= np.repeat(self.counts, self.starts_n)
-        if outside.any() or (np.diff(every) <= 0).any():
-            record = np.repeat(self.records, self.starts_n)
-            bad = np.argmax(outside) if outside.any() else np.argmax(np.diff(every) <= 0)
-            self.owner._damaged(record[bad], "document starts out of order or out of the record")
-        return every
-
-
 class TokenDataset(StoreView):
     """A corpus of token documents written by `chute.write_tokens`, read as one stream.
 
@@ -209,8 +178,6 @@ class TokenDataset(StoreView):
             )
         self._token_dtype = TOKEN_DTYPES[code]
         self._code = code
-        self._word0 = np.uint64(int.from_bytes(MAGIC + bytes([VERSION, code, 0, 0]), "little"))
-        self._word0_last = self._word0 | np.uint64(FINAL << 48)
         self._record_tokens = int(head["record_tokens"])
         if not 1 <= self._record_tokens <= max_record_tokens(self._token_dtype):
             self._damaged(0, f"record_tokens {self._record_tokens}")
@@ -227,48 +194,17 @@ class TokenDataset(StoreView):
         if not 1 <= self._last_tokens <= self._record_tokens:
             self._damaged(n - 1, f"{self._last_tokens} tokens")
         self._num_tokens = (n - 1) * self._record_tokens + self._last_tokens
-        size = self._record_tokens
-        self._whole = np.uint64(size | size << 32)  # header word 1 of a whole record
-        self._tail_word = np.uint64(size | self._last_tokens << 32)  # and of the last one
+        self._params = (self._record_tokens, n, self._last_tokens, code)  # the reader's terms
 
-    def _damaged(self, record: Any, what: str) -> None:
+    def _damaged(self, record: Any, what: str) -> NoReturn:
         raise CorruptStoreError(
             f"{self._path}: record {int(record)} is not the token record its place in the "
             f"stream holds ({what}); the dataset is damaged"
         )
 
-    def _check_heads(
-        self,
-        records: npt.NDArray[np.int64],
-        words: npt.NDArray[np.uint64],
-        lengths: npt.NDArray[np.int64],
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Every header (as its four little-endian words) says what record ``records[k]``
-        of this dataset must say; each record's token and document-start counts."""
-        size = self._record_tokens
-        tokens = (words[:, 1] >> _HIGH).astype(np.int64)
-        starts = (words[:, 2] & _LOW).astype(np.int64)
-        want = np.full(records.size, self._whole, np.uint64)  # record_tokens, and the count
-        first = np.full(records.size, self._word0, np.uint64)  # magic, version, dtype, flags
-        if self._records - 1 in records:
-            last = records == self._records - 1
-            want[last] = self._tail_word
-            first[last] = self._word0_last
-        fine = (
-            bool((words[:, 0] == first).all())
-            and bool((words[:, 1] == want).all())
-            and bool((words[:, 3] == records.astype(np.uint64) * np.uint64(size)).all())
-            and not (words[:, 2] >> _HIGH).any()
-            and bool((lengths == _length_of(tokens, starts, self._token_dtype)).all())
-            and bool((starts <= tokens).all())
-        )
-        if not fine:
-            self._explain(records, words.reshape(-1).view(HEADER), lengths)
-        return tokens, starts
-
     def _explain(
         self, records: npt.NDArray[np.int64], heads: npt.NDArray[Any], lengths: npt.NDArray[Any]
-    ) -> None:
+    ) -> NoReturn:
         """Name the first thing wrong with the headers a fast check refused."""
         size = self._record_tokens
         want = np.where(records == self._records - 1, self._last_tokens, size)
@@ -313,12 +249,9 @@ class TokenDataset(StoreView):
         """Tokens per record (the last record may hold fewer)."""
         return self._record_tokens
 
-    def _gathered(self, records: npt.NDArray[np.int64]) -> _Records:
-        return _Records(self, records)
-
     def read_spans(self, starts: npt.ArrayLike, lengths: npt.ArrayLike) -> npt.NDArray[Any]:
         """Tokens ``starts[k]:starts[k] + lengths[k]`` of the stream for each k, end to end in
-        one flat array, from one native gather of the records they touch.
+        one flat array, read in one call of the compiled core.
 
         >>> import tempfile, numpy as np
         >>> from chute import write_tokens
@@ -328,60 +261,37 @@ class TokenDataset(StoreView):
         [8, 9, 1, 2, 3, 4]
         >>> ds.close()
         """
-        tokens, _ = self._spans(starts, lengths, documents=False)
-        return tokens
+        lo, count = self.check_spans(starts, lengths)
+        return read_token_spans([self], None, lo, count).tokens
 
     def read_spans_documents(
         self, starts: npt.ArrayLike, lengths: npt.ArrayLike
-    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
-        """`read_spans`, and the stream offsets where documents begin in the records read
-        (rising; a superset of those inside the spans), from the same gather."""
-        return self._spans(starts, lengths, documents=True)
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """`read_spans`, the stream offsets where documents begin inside the spans (span
+        by span, rising within each) and how many in each span, from the same call."""
+        lo, count = self.check_spans(starts, lengths)
+        read = read_token_spans([self], None, lo, count, documents=True)
+        return read.tokens, read.starts, read.counts
 
-    def _spans(
-        self, starts: npt.ArrayLike, lengths: npt.ArrayLike, *, documents: bool
-    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
+    def check_spans(
+        self, starts: npt.ArrayLike, lengths: npt.ArrayLike
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Span starts and lengths as int64 arrays, each span inside the stream."""
         lo, count = _offsets(starts, "span starts"), _offsets(lengths, "span lengths")
         if lo.shape != count.shape:
             raise ValueError(f"{lo.size} span starts but {count.size} lengths")
-        if lo.size == 0:
-            return np.empty(0, self._token_dtype), np.empty(0, np.int64)
         end = self._num_tokens
-        if (
+        if lo.size and (
             int(lo.min()) < 0
             or int(count.min()) < 0
             or int(lo.max()) > end
-            or (int(count.max()) > end)
+            or int(count.max()) > end
+            or int((lo + count).max()) > end  # both within the stream: no overflow
         ):
             raise RecordIndexError(
                 f"a span outside the stream's {end} tokens (or of negative length)"
             )
-        hi = lo + count  # both within the stream: no overflow
-        if int(hi.max()) > end:
-            raise RecordIndexError(f"a span past the end of the stream's {end} tokens")
-        keep = count > 0
-        lo, hi = lo[keep], hi[keep]
-        size = self._record_tokens
-        first = lo // size
-        pieces = (hi - 1) // size - first + 1
-        record = ranges(first, pieces)
-        if documents and not bool((record[1:] > record[:-1]).all()):
-            # each record once, in order, so that its document starts come out rising
-            gathered, where = np.unique(record, return_inverse=True)
-        else:  # rising already, or no starts asked for (a record two spans share is then
-            gathered, where = record, None  # decoded twice: rarer than a sort is dear)
-        got = self._gathered(gathered)
-        base = record * size
-        if int(pieces.max()) == 1:
-            piece_lo, piece_hi = lo, hi
-        else:
-            span = np.repeat(np.arange(lo.size), pieces)
-            piece_lo = np.maximum(lo[span], base)
-            piece_hi = np.minimum(hi[span], base + size)
-        at = got.token_at if where is None else got.token_at[where]
-        source = (at + (piece_lo - base)).astype(np.int64, copy=False)
-        begins = got.every_start(size) if documents else np.empty(0, np.int64)
-        return join(got.tokens, source, piece_hi - piece_lo), begins
+        return lo, count
 
     def tokens(self, start: int, stop: int) -> npt.NDArray[Any]:
         """Tokens ``start:stop`` of the whole stream (a copy)."""
@@ -393,12 +303,37 @@ class TokenDataset(StoreView):
         """The stream offsets in ``start:stop`` where a document begins, rising."""
         a = check_int("start", start, minimum=0, maximum=self._num_tokens)
         b = check_int("stop", stop, minimum=a, maximum=self._num_tokens)
-        if a == b:
-            return np.empty(0, np.int64)
-        size = self._record_tokens
-        records = np.arange(a // size, (b - 1) // size + 1, dtype=np.int64)
-        every = self._gathered(records).every_start(size)
-        return every[(every >= a) & (every < b)]
+        return self.read_spans_documents([a], [b - a])[1]
+
+    def _in_place(self) -> InPlace | None:
+        """The store as the compiled core reads it in place, where it can."""
+        in_place = getattr(self._store, "in_place", None)
+        return None if in_place is None else in_place()
+
+    def _gather_for(
+        self, lo: npt.NDArray[np.int64], count: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+        """The records spans touch, gathered by the store (its retries, its errors)."""
+        keep = count > 0
+        first = lo[keep] // self._record_tokens
+        pieces = (lo[keep] + count[keep] - 1) // self._record_tokens - first + 1
+        records = np.unique(ranges(first, pieces))
+        values, offsets = self._store.gather_packed(records)
+        return values, offsets, records
+
+    def _refuse(self, code: int, record: int, lo: int) -> NoReturn:
+        """The exception for what the token reader found wrong at ``record``."""
+        if code == codes.TE_SPAN:
+            raise RecordIndexError(f"a span at {lo} outside the stream's {self._num_tokens} tokens")
+        if code == codes.TE_STARTS:
+            self._damaged(record, "document starts out of order or out of the record")
+        if code == codes.TE_HEADER:
+            values, offsets = self._store.gather_packed([record])
+            if values.size < HEADER.itemsize:
+                self._damaged(record, f"{values.size} bytes, no header")
+            heads = values[: HEADER.itemsize].view(HEADER)
+            self._explain(np.array([record], np.int64), heads, offsets[1:] - offsets[:-1])
+        self._damaged(record, f"unreadable (token reader code {code})")
 
     # ---- documents ------------------------------------------------------------------------
 
@@ -437,7 +372,8 @@ class TokenDataset(StoreView):
 
     def _nth_start(self, index: npt.NDArray[np.int64], i: int) -> int:
         record = int(np.searchsorted(index, i, side="right")) - 1
-        every = self._gathered(np.array([record], np.int64)).every_start(self._record_tokens)
+        size = self._record_tokens
+        every = self.document_starts(record * size, min((record + 1) * size, self._num_tokens))
         k = i - int(index[record])
         if k >= every.size:
             self._damaged(record, "fewer document starts than its length says")
@@ -458,3 +394,52 @@ class TokenDataset(StoreView):
             f"TokenDataset({str(self._path)!r}, tokens={self._num_tokens}, dtype={self.dtype}, "
             f"record_tokens={self._record_tokens})"
         )
+
+
+class TokenRead(NamedTuple):
+    """What `read_token_spans` read: the spans' tokens end to end and, when asked, the
+    stream offsets where documents begin inside each span and how many in each."""
+
+    tokens: npt.NDArray[Any]
+    starts: npt.NDArray[np.int64]
+    counts: npt.NDArray[np.int64]
+
+
+def read_token_spans(
+    datasets: list[TokenDataset],
+    which: npt.NDArray[np.int32] | None,
+    lo: npt.NDArray[np.int64],
+    count: npt.NDArray[np.int64],
+    *,
+    documents: bool = False,
+) -> TokenRead:
+    """Tokens ``lo[k]:lo[k] + count[k]`` of the stream of ``datasets[which[k]]`` (all of the
+    first when ``which`` is None) for each k, in one call of the compiled core across the
+    datasets (of one token dtype, the spans checked by `TokenDataset.check_spans`): records
+    are read where they lie in a local store, each header checked against its place, and
+    gathered by their store first elsewhere (shards, object storage) or when that failed
+    (the store's retry and its exception then)."""
+    tokens = np.empty(int(count.sum()), datasets[0].dtype)
+    counts = np.empty(lo.size, np.int64) if documents else None
+    views = [ds._in_place() for ds in datasets]
+    result = None
+    if all(v is not None for v in views):
+        places = [(ds._params, v.where) for ds, v in zip(datasets, views, strict=True) if v]
+        threads = max(v.threads for v in views if v)
+        result = read_tokens(places, which, lo, count, tokens, counts, threads)
+        for v in views:
+            if v:
+                v.check()
+    if result is None or result[0]:
+        gathered = []
+        for s, ds in enumerate(datasets):
+            mine = slice(None) if which is None else which == s
+            gathered.append((ds._params, ds._gather_for(lo[mine], count[mine])))
+        result = read_tokens(gathered, which, lo, count, tokens, counts, 1)
+        code, span, record = result[:3]
+        if code:
+            datasets[0 if which is None else int(which[span])]._refuse(code, record, int(lo[span]))
+    docs = result[4]
+    if docs is None or counts is None:
+        return TokenRead(tokens, np.empty(0, np.int64), np.zeros(lo.size, np.int64))
+    return TokenRead(tokens, np.frombuffer(docs, np.int64), counts)

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from chute._util.checks import check_int
 from chute.datasets import TokenDataset
-from chute.datasets._tokens import join, ranges
+from chute.datasets._tokens import TokenRead, join, ranges, read_token_spans
 from chute.loader._packing import Packing, pack_group
 from chute.loader._sampler import OrderSampler, lane_order
 from chute.loader._streams import Batch
@@ -80,6 +80,20 @@ def _segments(
     return segment_ids.reshape(n, width), positions.reshape(n, width)
 
 
+def _window_segments(
+    starts: npt.NDArray[np.int64], width: int, read: TokenRead
+) -> dict[str, npt.NDArray[np.int32]]:
+    """``segment_ids`` and ``positions`` of windows of ``width`` tokens from ``starts``,
+    restarting where a document begins inside a window (``read``: their tokens and starts)."""
+    n = starts.size
+    inside = read.starts - np.repeat(starts, read.counts)  # from each window's first token
+    row = np.repeat(np.arange(n, dtype=np.int64), read.counts)
+    breaks = np.concatenate([np.arange(n, dtype=np.int64) * width, (row * width + inside)[inside > 0]])
+    breaks.sort()
+    segment_ids, positions = _segments(n, width, np.full(n, width, np.int64), breaks)
+    return {"segment_ids": segment_ids, "positions": positions}
+
+
 class TokenWindows:
     """Fixed windows over a token stream: window ``w`` is tokens ``w * seq_len`` to
     ``(w + 1) * seq_len`` inclusive (``seq_len + 1`` tokens: inputs ``[:, :-1]``, next-token
@@ -124,21 +138,11 @@ class TokenWindows:
         n = windows.size
         starts = windows * self.seq_len
         lengths = np.full(n, width, np.int64)
+        read = read_token_spans([self.tokens], None, starts, lengths, documents=self.documents)
+        tokens = read.tokens.reshape(n, width)
         if not self.documents:
-            flat = self.tokens.read_spans(starts, lengths)
-            return {"tokens": flat.reshape(n, width)}
-        flat, begins = self.tokens.read_spans_documents(starts, lengths)
-        dest = np.arange(n, dtype=np.int64) * width
-        first = np.searchsorted(begins, starts, side="right")  # a start at dest is there
-        count = np.searchsorted(begins, starts + width) - first
-        inside = np.repeat(dest - starts, count) + begins[ranges(first, count)]
-        breaks = np.sort(np.concatenate([dest, inside]))
-        segment_ids, positions = _segments(n, width, lengths, breaks)
-        return {
-            "tokens": flat.reshape(n, width),
-            "segment_ids": segment_ids,
-            "positions": positions,
-        }
+            return {"tokens": tokens}
+        return {"tokens": tokens, **_window_segments(starts, width, read)}
 
     def __repr__(self) -> str:
         return (
@@ -277,8 +281,8 @@ class PackedTokens:
         start = g * span
         stop = min(start + span, end)
         reach = min(stop + 1, end)  # a document starting at ``stop`` ends the last piece
-        tokens, begins = self.tokens.read_spans_documents([start], [reach - start])
-        begins = begins[(begins >= start) & (begins <= stop)]
+        tokens, begins, _ = self.tokens.read_spans_documents([start], [reach - start])
+        begins = begins[begins <= stop]
         if stop == end:
             begins = np.append(begins, end)
         bins = self.group if g < self._full else self._tail

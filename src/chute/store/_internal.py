@@ -9,6 +9,8 @@ modules (`_format`, `_codec`, `_io` ...) can change without reaching through the
 * `IndexLike`, `as_indices`, `check_indices`, `index_bounds`: the one index normaliser
   (a wrong index is a `RecordIndexError` from every entry point).
 * `VerifyReport`, `PartReport`: what every record source's ``verify()`` returns.
+* `InPlace`: a local store's snapshot as the compiled core reads it (`RecordStore.in_place`),
+  for the token reader, which reads records where they lie instead of gathering them.
 * `CODEC_NAMES`, `parse_codec`, `codec_name`: codec names as users and schema.json spell them.
 * `SCHEMA_FILE`: the name of the dataset layer's schema.json inside a store directory.
 * `sample_rows`: which rows to train a zstd dictionary on.
@@ -45,7 +47,7 @@ from chute.store._format import (
 from chute.store._index import IndexLike, as_indices, check_indices, index_bounds
 from chute.store._opening import bump_generation
 from chute.store._out import check_out, out_stride
-from chute.store._read import PartReport, VerifyReport
+from chute.store._read import InPlace, PartReport, VerifyReport
 from chute.store._remote import Found, RemoteStore, gather_shards
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "SCHEMA_FILE",
     "SHARDED_MANIFEST",
     "Found",
+    "InPlace",
     "IndexLike",
     "PartReport",
     "RemoteStore",

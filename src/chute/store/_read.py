@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,14 @@ class GatherFailed(Exception):
     def __init__(self, code: int, pos: int, detail: int) -> None:
         super().__init__(code, pos, detail)
         self.code, self.pos, self.detail = code, pos, detail
+
+
+class InPlace(NamedTuple):
+    """A store's snapshot as the compiled core reads it (`RecordStore.in_place`)."""
+
+    where: tuple[Any, ...]  # (table, limits, chunks, ddict, sums or None, strict)
+    threads: int  # the handle's cores
+    check: Callable[[], None]  # after reading: raises if the store changed meanwhile
 
 
 def gather(

@@ -49,7 +49,7 @@ from chute.store._files import (
     lost_sums,
     parse_sums,
 )
-from chute.store._read import VerifyReport
+from chute.store._read import InPlace, VerifyReport
 from chute.store._store import Mode, RecordStore
 from chute.store._warm import Warmth
 
@@ -411,6 +411,10 @@ class RemoteStore(RecordStore, remote=True):
         limit = np.full(len(idx), -1, np.int64)
         limit[known] = snap.limits[chunk[known]]
         return locs, limit
+
+    def in_place(self) -> InPlace | None:
+        """None: the records are fetched per read, not mapped here."""
+        return None
 
     def _decode(
         self,

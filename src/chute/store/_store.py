@@ -40,7 +40,7 @@ from chute.store._files import Snapshot, StoreFiles, empty_snapshot
 from chute.store._index import IndexLike, as_indices, flat_int64
 from chute.store._opening import open_for_writing
 from chute.store._out import out_stride
-from chute.store._read import VerifyReport
+from chute.store._read import InPlace, VerifyReport
 from chute.store._write import APPEND_SLICE, Writer
 
 Mode = Literal["r", "a", "w"]
@@ -316,6 +316,19 @@ class RecordStore(Closing):
         """The one native gather of the read methods (`_read.gather` over the mapped chunks);
         a store in object storage fetches the records first."""
         return _read.gather(snap, idx, dst, stride, offsets, verify=verify, threads=threads)
+
+    def in_place(self) -> InPlace | None:
+        """The current snapshot as the compiled core reads it, for its readers beyond the
+        gather family (the token reader): ``where`` is ``(table, limits, chunks, ddict, sums
+        or None, strict)``; call ``check()`` after reading (a delete, compaction or reset
+        since is `StoreChangedError`). None where the records are not mapped here."""
+        self._check_open()
+        snap = self._current()
+        self._check_generation(snap)
+        sums = snap.sums if self._verify else None
+        where = (snap.table, snap.limits, snap.maps, snap.ddict, sums,
+                 snap.strict and sums is not None)  # fmt: skip
+        return InPlace(where, self._threads, functools.partial(self._check_generation, snap))
 
     def lengths(self, indices: IndexLike) -> npt.NDArray[np.uint32]:
         """Logical (decoded) byte size of each record."""

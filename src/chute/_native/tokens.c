@@ -1,0 +1,232 @@
+#include "tokens.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
+#include "zctx.h"
+
+/* Bytes of plain copy that make another shard worth waking a thread for (as in gather.c). */
+enum { SHARD_WORK = 48 * 1024, FRAME_COST = 4096, DECODE_FACTOR = 4, SHARDS_PER_THREAD = 4 };
+
+static uint64_t le(const uint8_t *p, int bytes) {
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+typedef struct {
+    int code;
+    size_t span;
+    int64_t record;
+    long long detail;
+} tok_error;
+
+/* The document starts a shard found, in span order. */
+typedef struct {
+    int64_t *v;
+    uint64_t n, cap;
+} tok_docs;
+
+typedef struct {
+    tok_args *a;
+    const uint64_t *at; /* each span's first token in out */
+    tok_error *errs;    /* one per shard */
+    uint64_t *unchecked;
+    tok_docs *docs;
+} tok_job;
+
+static int push(tok_docs *d, int64_t v) {
+    if (d->n == d->cap) {
+        uint64_t cap = d->cap ? 2 * d->cap : 256;
+        int64_t *grown = realloc(d->v, cap * sizeof *grown);
+        if (!grown) return GE_NOMEM;
+        d->v = grown;
+        d->cap = cap;
+    }
+    d->v[d->n++] = v;
+    return GE_OK;
+}
+
+/* Record r of a source's records gathered end to end: its bytes, found by bisection. */
+static int gathered_view(const tok_source *s, int64_t r, const uint8_t **data, uint32_t *length,
+                         long long *detail) {
+    uint64_t lo = 0, hi = s->ngathered;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (s->records[mid] < r)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == s->ngathered || s->records[lo] != r) {
+        *detail = r;
+        return GE_INDEX;
+    }
+    uint64_t begin = s->offsets[lo], end = s->offsets[lo + 1];
+    if (begin > end || end > s->gathered_len || end - begin > MAX_RECORD) {
+        *detail = (long long)end;
+        return GE_BOUNDS;
+    }
+    *data = s->gathered + begin;
+    *length = (uint32_t)(end - begin);
+    return GE_OK;
+}
+
+/* The header of record r says what its place in the stream holds; its token and document
+ * counts. */
+static int check_header(const tok_source *s, int64_t r, const uint8_t *h, uint32_t length,
+                        uint64_t *tokens, uint64_t *starts) {
+    if (length < TOKEN_HEADER) return TE_HEADER;
+    int last = (uint64_t)r == s->nrecords - 1;
+    uint64_t want_tokens = last ? s->last_tokens : s->record_tokens;
+    *tokens = le(h + 12, 4);
+    *starts = le(h + 16, 4);
+    int fine = memcmp(h, "CTOK", 4) == 0 && h[4] == TOKEN_VERSION && h[5] == s->code &&
+               le(h + 6, 2) == (uint64_t)(last ? TOKEN_FINAL : 0) &&
+               le(h + 8, 4) == s->record_tokens && *tokens == want_tokens &&
+               le(h + 20, 4) == 0 && le(h + 24, 8) == (uint64_t)r * s->record_tokens &&
+               *starts <= *tokens &&
+               length == TOKEN_HEADER + *tokens * s->itemsize + 4 * *starts;
+    return fine ? GE_OK : TE_HEADER;
+}
+
+/* Span k: its tokens to out, the document starts inside it to docs (counted). */
+static int read_span(tok_job *job, size_t k, ZSTD_DCtx **dctx, uint64_t *unchecked,
+                     tok_error *err, tok_docs *docs) {
+    tok_args *a = job->a;
+    const tok_source *s = &a->sources[a->which ? a->which[k] : 0];
+    uint64_t lo = (uint64_t)a->lo[k], hi = lo + (uint64_t)a->len[k];
+    uint64_t size = s->record_tokens, isz = s->itemsize;
+    uint8_t *out = a->out + job->at[k] * isz;
+    uint64_t before = docs ? docs->n : 0;
+    for (uint64_t r = lo / size; r * size < hi; r++) {
+        const uint8_t *data = NULL;
+        uint32_t length = 0;
+        long long detail = 0;
+        int code;
+        if (s->gathered) {
+            code = gathered_view(s, (int64_t)r, &data, &length, &detail);
+        } else {
+            uint8_t *scratch = chute_thread_scratch();
+            code = scratch ? chute_record_view(&s->store, dctx, (int64_t)r, scratch, &data,
+                                               &length, &detail, unchecked)
+                           : GE_NOMEM;
+        }
+        uint64_t tokens = 0, starts = 0;
+        if (code == GE_OK) code = check_header(s, (int64_t)r, data, length, &tokens, &starts);
+        if (code == GE_OK) {
+            uint64_t base = r * size;
+            uint64_t a0 = lo > base ? lo : base, b0 = hi < base + tokens ? hi : base + tokens;
+            if (b0 > a0) memcpy(out + (a0 - lo) * isz, data + TOKEN_HEADER + (a0 - base) * isz,
+                                (b0 - a0) * isz);
+            const uint8_t *offs = data + TOKEN_HEADER + tokens * isz;
+            for (uint64_t j = 0; docs && j < starts && code == GE_OK; j++) {
+                uint64_t v = le(offs + 4 * j, 4);
+                if (v >= tokens || (j && v <= le(offs + 4 * (j - 1), 4))) {
+                    code = TE_STARTS;
+                } else if (base + v >= a0 && base + v < b0) {
+                    code = push(docs, (int64_t)(base + v));
+                }
+            }
+        }
+        if (code != GE_OK) {
+            *err = (tok_error){code, k, (int64_t)r, detail};
+            return code;
+        }
+    }
+    if (docs) a->doc_counts[k] = (int64_t)(docs->n - before);
+    return GE_OK;
+}
+
+static void read_shard(void *p, size_t begin, size_t end, size_t shard) {
+    tok_job *job = p;
+    ZSTD_DCtx *dctx = NULL;
+    tok_docs *docs = job->docs ? &job->docs[shard] : NULL;
+    for (size_t k = begin; k < end; k++)
+        if (read_span(job, k, &dctx, &job->unchecked[shard], &job->errs[shard], docs) != GE_OK)
+            return;
+}
+
+void chute_read_tokens(tok_args *a) {
+    a->code = GE_OK;
+    a->unchecked = a->ndocs = 0;
+    a->docs = NULL;
+    uint64_t *at = malloc((a->n + 1) * sizeof *at);
+    if (!at) {
+        a->code = GE_NOMEM;
+        return;
+    }
+    uint64_t total = 0, work = 0;
+    for (size_t k = 0; k < a->n; k++) {
+        int32_t w = a->which ? a->which[k] : 0;
+        int64_t lo = a->lo[k], len = a->len[k];
+        const tok_source *s = w >= 0 && (size_t)w < a->nsources ? &a->sources[w] : NULL;
+        if (!s || lo < 0 || len < 0 || (uint64_t)lo > s->num_tokens ||
+            (uint64_t)len > s->num_tokens - (uint64_t)lo || s->itemsize != a->itemsize ||
+            s->record_tokens == 0) {
+            a->code = TE_SPAN;
+            a->span = k;
+            a->detail = lo;
+            free(at);
+            return;
+        }
+        at[k] = total;
+        if (total + (uint64_t)len < total) { /* only hostile spans come near */
+            a->code = TE_SPAN;
+            a->span = k;
+            free(at);
+            return;
+        }
+        total += (uint64_t)len;
+        work += (uint64_t)len * s->itemsize;
+        if (!s->gathered && len) { /* a compressed record costs a frame set-up and its bytes */
+            for (uint64_t r = (uint64_t)lo / s->record_tokens;
+                 r * s->record_tokens < (uint64_t)(lo + len) && r < s->store.length; r++)
+                if (s->store.table[r].codec != CODEC_RAW)
+                    work += FRAME_COST + DECODE_FACTOR * (uint64_t)s->store.table[r].logic_length;
+        }
+    }
+    at[a->n] = total;
+    if (total * a->itemsize > a->out_len) {
+        a->code = TE_OUT;
+        a->detail = (long long)(total * a->itemsize);
+        free(at);
+        return;
+    }
+    size_t max_shards = (a->max_threads ? a->max_threads : 1) * SHARDS_PER_THREAD;
+    size_t by_work = (size_t)(work / SHARD_WORK) + 1;
+    if (by_work < max_shards) max_shards = by_work;
+    size_t ns = chute_shard_count(a->n, 1, max_shards);
+    tok_error *errs = calloc(ns ? ns : 1, sizeof *errs);
+    uint64_t *unchecked = calloc(ns ? ns : 1, sizeof *unchecked);
+    tok_docs *docs = a->doc_counts ? calloc(ns ? ns : 1, sizeof *docs) : NULL;
+    if (!errs || !unchecked || (a->doc_counts && !docs)) {
+        a->code = GE_NOMEM;
+    } else if (ns) {
+        tok_job job = {.a = a, .at = at, .errs = errs, .unchecked = unchecked, .docs = docs};
+        chute_parallel(a->n, 1, max_shards, a->max_threads, read_shard, &job);
+        for (size_t s = 0; s < ns; s++) {
+            a->unchecked += unchecked[s];
+            if (errs[s].code != GE_OK && (a->code == GE_OK || errs[s].span < a->span)) {
+                a->code = errs[s].code;
+                a->span = errs[s].span;
+                a->record = errs[s].record;
+                a->detail = errs[s].detail;
+            }
+        }
+        uint64_t ndocs = 0;
+        for (size_t s = 0; docs && s < ns; s++) ndocs += docs[s].n;
+        if (a->code == GE_OK && docs && !(a->docs = malloc((ndocs ? ndocs : 1) * sizeof *a->docs)))
+            a->code = GE_NOMEM;
+        for (size_t s = 0; a->code == GE_OK && docs && s < ns; s++) {
+            if (docs[s].n) memcpy(a->docs + a->ndocs, docs[s].v, docs[s].n * sizeof *a->docs);
+            a->ndocs += docs[s].n;
+        }
+    }
+    for (size_t s = 0; docs && s < ns; s++) free(docs[s].v);
+    free(docs);
+    free(errs);
+    free(unchecked);
+    free(at);
+}
