@@ -1,5 +1,5 @@
 """The typed face of chute's compiled core. Only `chute.store`, the samplers
-(`chute.loader._sampler`), the token reader (`chute.datasets._tokens_read`), the in-place
+(`chute.loader._sampler`), the token reader (`chute.datasets._tokens`, `chute.loader._tokens`), the in-place
 loader's slab pool (`chute.insitu._shared`, for CRC-32C) and the metric curves
 (`chute.metrics._smooth`) import it."""
 
@@ -10,6 +10,7 @@ from chute._native._sampler import fill, fill_window
 from chute._native._zrecord import (
     chunks_from_buffers,
     compress,
+    copy_rows,
     crc32c,
     gather,
     load_generation,
@@ -17,6 +18,7 @@ from chute._native._zrecord import (
     make_cdict,
     make_ddict,
     map_chunks,
+    pack_rows,
     put_entry,
     read_tokens,
     store_generation,
@@ -28,6 +30,7 @@ __all__ = [
     "chunks_from_buffers",
     "codes",
     "compress",
+    "copy_rows",
     "crc32c",
     "ema",
     "extremes",
@@ -39,6 +42,7 @@ __all__ = [
     "make_cdict",
     "make_ddict",
     "map_chunks",
+    "pack_rows",
     "put_entry",
     "read_tokens",
     "sampler_codes",

@@ -26,6 +26,17 @@ def read_tokens(
     doc_counts: _Buffer | None,
     threads: int,
 ) -> tuple[int, int, int, int, bytearray | None, int]: ...
+def pack_rows(
+    tokens: _Buffer,
+    base: int,
+    starts: _Buffer,
+    lengths: _Buffer,
+    edges: _Buffer,
+    out_tokens: _Buffer,
+    out_ids: _Buffer,
+    out_positions: _Buffer,
+) -> None: ...
+def copy_rows(sources: Sequence[_Buffer], which: _Buffer, rows: _Buffer, out: _Buffer) -> None: ...
 def map_chunks(fds: Sequence[int]) -> Any: ...
 def chunks_from_buffers(buffers: Sequence[_Buffer]) -> Any: ...
 def compress(

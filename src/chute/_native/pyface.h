@@ -40,7 +40,9 @@ int chute_open_store(PyObject *table, PyObject *limits, PyObject *chunks, PyObje
                      PyObject *sums, int strict, store_views *views, zr_store *out);
 void chute_release_store(store_views *views);
 
-/* read_tokens, the token reader's entry (tokens_module.c). */
+/* The token reader's entries (tokens_module.c): read_tokens, pack_rows, copy_rows. */
 PyObject *chute_py_read_tokens(PyObject *self, PyObject *args);
+PyObject *chute_py_pack_rows(PyObject *self, PyObject *args);
+PyObject *chute_py_copy_rows(PyObject *self, PyObject *args);
 
 #endif

@@ -60,3 +60,14 @@ typedef struct {
 void chute_read_tokens(tok_args *a);
 
 #endif
+
+/* A packed group laid out as rows of `width` tokens: row b holds the pieces edges[b] ..
+ * edges[b + 1] - 1, piece p being tokens[starts[p] - base .. + lengths[p]) of the group's
+ * tokens (read from stream offset `base`), followed by padding (token 0). Segment ids count
+ * a row's pieces from 1 (0: padding), positions count from 0 in each piece. Returns 0, or -1
+ * when a piece falls outside the tokens or a row overflows (nothing is written past the
+ * outputs either way). */
+int chute_pack_rows(const uint8_t *tokens, uint64_t ntokens, uint32_t itemsize, int64_t base,
+                    const int64_t *starts, const int64_t *lengths, const int64_t *edges,
+                    uint64_t npieces, uint64_t rows, uint64_t width, uint8_t *out_tokens,
+                    int32_t *out_ids, int32_t *out_positions);

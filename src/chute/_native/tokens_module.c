@@ -154,3 +154,116 @@ done:
     Py_DECREF(fast);
     return result;
 }
+
+/* pack_rows(tokens, base, starts, lengths, edges, out_tokens, out_ids, out_positions)
+ *   -> None: a packed group's rows laid out (chute_pack_rows); ValueError when the pieces
+ *      do not fit the tokens or the rows. */
+PyObject *chute_py_pack_rows(PyObject *self, PyObject *args) {
+    PyObject *tokens_obj, *starts_obj, *lengths_obj, *edges_obj, *tok_obj, *ids_obj, *pos_obj;
+    long long base;
+    if (!PyArg_ParseTuple(args, "OLOOOOOO", &tokens_obj, &base, &starts_obj, &lengths_obj,
+                          &edges_obj, &tok_obj, &ids_obj, &pos_obj))
+        return NULL;
+    Py_buffer tokens = {0}, starts = {0}, lengths = {0}, edges = {0}, out = {0}, ids = {0},
+              positions = {0};
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(tokens_obj, &tokens, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) goto done;
+    size_t isz = (size_t)tokens.itemsize;
+    if ((isz != 2 && isz != 4) || !chute_plain_format(tokens.format)) {
+        PyErr_SetString(PyExc_ValueError, "tokens must be a plain array of 2- or 4-byte items");
+        goto done;
+    }
+    if (get_items(starts_obj, &starts, 8, 0, 0, "starts") < 0) goto done;
+    size_t np_ = (size_t)starts.len / 8;
+    if (get_items(lengths_obj, &lengths, 8, np_, 0, "lengths") < 0) goto done;
+    if (get_items(edges_obj, &edges, 8, 1, 0, "edges") < 0) goto done;
+    size_t rows = (size_t)edges.len / 8 - 1;
+    if (get_items(tok_obj, &out, isz, 0, 1, "out_tokens") < 0) goto done;
+    size_t width = rows ? (size_t)out.len / isz / rows : 0;
+    if (get_items(ids_obj, &ids, 4, rows * width, 1, "out_ids") < 0) goto done;
+    if (get_items(pos_obj, &positions, 4, rows * width, 1, "out_positions") < 0) goto done;
+    if (rows && (size_t)out.len != rows * width * isz) {
+        PyErr_SetString(PyExc_ValueError, "out_tokens must hold whole rows");
+        goto done;
+    }
+    int bad;
+    Py_BEGIN_ALLOW_THREADS
+    bad = chute_pack_rows(tokens.buf, (uint64_t)tokens.len / isz, (uint32_t)isz, base, starts.buf,
+                          lengths.buf, edges.buf, np_, rows, width, out.buf, ids.buf,
+                          positions.buf);
+    Py_END_ALLOW_THREADS
+    if (bad)
+        PyErr_SetString(PyExc_ValueError, "the pieces of a packing do not fit its tokens or rows");
+    else
+        result = Py_NewRef(Py_None);
+done:
+    Py_buffer *held[] = {&tokens, &starts, &lengths, &edges, &out, &ids, &positions};
+    for (size_t j = 0; j < sizeof held / sizeof *held; j++)
+        if (held[j]->obj) PyBuffer_Release(held[j]);
+    return result;
+}
+
+/* copy_rows(sources, which, rows, out) -> None: row rows[k] of sources[which[k]] to row k of
+ * out, every source and out plain C-contiguous arrays of out's row size. */
+PyObject *chute_py_copy_rows(PyObject *self, PyObject *args) {
+    PyObject *sources_obj, *which_obj, *rows_obj, *out_obj;
+    if (!PyArg_ParseTuple(args, "OOOO", &sources_obj, &which_obj, &rows_obj, &out_obj)) return NULL;
+    PyObject *fast = PySequence_Fast(sources_obj, "copy_rows takes a sequence of arrays");
+    if (!fast) return NULL;
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(fast);
+    Py_buffer which = {0}, rows = {0}, out = {0};
+    Py_buffer *views = calloc(ns > 0 ? (size_t)ns : 1, sizeof *views);
+    PyObject *result = NULL;
+    if (!views) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (get_items(rows_obj, &rows, 8, 0, 0, "rows") < 0) goto done;
+    size_t n = (size_t)rows.len / 8;
+    if (get_items(which_obj, &which, 4, n, 0, "which") < 0) goto done;
+    if (chute_get_dst(out_obj, &out) < 0) goto done;
+    if (n == 0 || ns == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    size_t row = (size_t)out.len / n;
+    if (row * n != (size_t)out.len) {
+        PyErr_SetString(PyExc_ValueError, "out must hold one whole row per index");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        Py_buffer *v = &views[i];
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, i), v,
+                               PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        if (!chute_plain_format(v->format) || (row && (size_t)v->len % row)) {
+            PyErr_Format(PyExc_ValueError, "source %zd is not plain rows of %zu bytes", i, row);
+            goto done;
+        }
+    }
+    const int32_t *w = which.buf;
+    const int64_t *r = rows.buf;
+    for (size_t k = 0; k < n; k++) {
+        if (w[k] < 0 || w[k] >= ns || r[k] < 0 ||
+            (size_t)r[k] >= (row ? (size_t)views[w[k]].len / row : 0)) {
+            PyErr_Format(PyExc_IndexError, "row %lld of source %d is not there", (long long)r[k],
+                         (int)w[k]);
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t k = 0; k < n; k++)
+        memcpy((uint8_t *)out.buf + k * row, (const uint8_t *)views[w[k]].buf + (size_t)r[k] * row,
+               row);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    for (Py_ssize_t i = 0; views && i < ns; i++)
+        if (views[i].obj) PyBuffer_Release(&views[i]);
+    free(views);
+    Py_buffer *held[] = {&which, &rows, &out};
+    for (size_t j = 0; j < sizeof held / sizeof *held; j++)
+        if (held[j]->obj) PyBuffer_Release(held[j]);
+    Py_DECREF(fast);
+    return result;
+}

@@ -474,6 +474,8 @@ static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Decode records into a caller buffer across cores."},
     {"read_tokens", chute_py_read_tokens, METH_VARARGS,
      "Spans of token streams, their records' headers checked, in one call across cores."},
+    {"pack_rows", chute_py_pack_rows, METH_VARARGS, "Lay a packed group out as its rows."},
+    {"copy_rows", chute_py_copy_rows, METH_VARARGS, "Rows of several arrays into one."},
     {"map_chunks", map_chunks, METH_VARARGS, "Map chunk files read-only for gather."},
     {"chunks_from_buffers", chunks_from_buffers, METH_VARARGS,
      "Hold Python buffers as the chunks of a gather."},

@@ -26,6 +26,8 @@ its first pass, and adding a source does not reorder the others.
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,12 +40,15 @@ from chute._native import sampler_codes
 from chute._util.checks import check_int
 from chute.loader._sampler import SamplerMode, StepSampler
 from chute.loader._streams import Ordered, Stream, as_streams, check_streams
+from chute.loader._tokens import TokenWindows
 
 __all__ = ["MixSampler", "Mixture", "mix"]
 
 _SCALE = 1 << 32  # the weights of a phase, as integers summing to this
 _IID_BLOCK = 1 << 32  # iid draws of a source: draw n is position n % block of step n // block
 _SOURCE = "source"
+_BLOCK = 1 << 13  # records whose positions are drawn together (a few steps' worth)
+_BLOCKS_KEPT = 8  # blocks kept: loader threads building neighbouring steps share them
 
 
 def _integer_weights(weights: Any, names: Sequence[str], where: str) -> tuple[int, ...]:
@@ -175,6 +180,13 @@ class Mixture:
             phases.append(_integer_weights(later, self.names, f"schedule[{at}]"))
         self.steps = tuple(steps)
         self.phases = tuple(_Phase(p) for p in phases)
+        first = next(iter(self.sources.values()))
+        # token windows of one shape are read in one call across their datasets
+        self._windows = (
+            [w for w in self.sources.values() if isinstance(w, TokenWindows)]
+            if isinstance(first, TokenWindows) and all(map(first.alike, self.sources.values()))
+            else None
+        )
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -191,6 +203,13 @@ class Mixture:
     def __getitems__(self, indices: npt.NDArray[Any]) -> Any:
         positions = np.asarray(indices, np.int64).reshape(-1)
         source = np.searchsorted(self.offsets, positions, side="right") - 1
+        if self._windows is not None:
+            if positions.size and (int(positions.min()) < 0 or int(positions.max()) >= len(self)):
+                raise IndexError(f"a position outside [0, {len(self)})")
+            which = source.astype(np.int32)
+            batch = TokenWindows.read_mixed(self._windows, which, positions - self.offsets[source])
+            batch[_SOURCE] = source.astype(np.int16)
+            return batch
         parts: list[tuple[npt.NDArray[np.intp], Any]] = []
         for s in np.unique(source).tolist():
             where = np.flatnonzero(source == s)
@@ -272,6 +291,8 @@ class MixSampler(StepSampler):
         self.mode: SamplerMode = mode
         self._code = codes[mode]
         self._seeds = [_source_seed(self.seed, n) for n in mixture.names]
+        self._lock = threading.Lock()
+        self._blocks: OrderedDict[int, npt.NDArray[np.uint64]] = OrderedDict()
         # which sources draw in an order of their own, asked once (a Protocol check is dear)
         self._ordered = [
             src if self._code == sampler_codes.MODE_CYCLIC and isinstance(src, Ordered) else None
@@ -297,16 +318,42 @@ class MixSampler(StepSampler):
         return total
 
     def fill(self, step: int, start: int, out: npt.NDArray[np.uint64]) -> None:
-        mixture = self.mixture
-        k = int(np.searchsorted(mixture.steps, step, side="right")) - 1
         first = step * self.batch_size + start
-        phase_first = first - mixture.steps[k] * self.batch_size
-        source = mixture.phases[k].route(phase_first, len(out))
-        before = self._before(first)
-        for s in np.unique(source).tolist():
-            where = np.flatnonzero(source == s)
-            drawn = self._draw(s, before[s], where.size)
-            out[where] = drawn + np.uint64(mixture.offsets[s])
+        block, at = divmod(first, _BLOCK)
+        while out.size:  # a batch's records may straddle two blocks
+            take = min(out.size, _BLOCK - at)
+            out[:take] = self._block(block)[at : at + take]
+            out, block, at = out[take:], block + 1, 0
+
+    def _block(self, block: int) -> npt.NDArray[np.uint64]:
+        """The positions of the run's records ``block * _BLOCK`` onwards (``_BLOCK`` of
+        them), computed once for many steps: the routing and each source's draws cost
+        the same for one step as for a hundred."""
+        with self._lock:
+            found = self._blocks.get(block)
+            if found is not None:
+                return found
+        first, b = block * _BLOCK, self.batch_size
+        out = np.empty(_BLOCK, np.uint64)
+        mixture = self.mixture
+        done = 0
+        while done < _BLOCK:  # one phase at a time
+            record = first + done
+            k = int(np.searchsorted(mixture.steps, record // b, side="right")) - 1
+            end = mixture.steps[k + 1] * b if k + 1 < len(mixture.steps) else record + _BLOCK
+            n = min(_BLOCK - done, end - record)
+            source = mixture.phases[k].route(record - mixture.steps[k] * b, n)
+            before = self._before(record)
+            for s in np.unique(source).tolist():
+                where = np.flatnonzero(source == s)
+                drawn = self._draw(s, before[s], where.size)
+                out[done + where] = drawn + np.uint64(mixture.offsets[s])
+            done += n
+        with self._lock:
+            self._blocks[block] = out
+            while len(self._blocks) > _BLOCKS_KEPT:
+                self._blocks.popitem(last=False)
+        return out
 
     def _draw(self, s: int, first: int, n: int) -> npt.NDArray[np.uint64]:
         """Positions of source ``s``'s draws ``first .. first + n - 1``."""

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from chute._native import copy_rows, pack_rows
 from chute._util.checks import check_int
 from chute.datasets import TokenDataset
 from chute.datasets._tokens import TokenRead, join, ranges, read_token_spans
@@ -134,13 +135,34 @@ class TokenWindows:
         windows = np.asarray(indices, np.int64).reshape(-1)
         if windows.size and (int(windows.min()) < 0 or int(windows.max()) >= self._length):
             raise IndexError(f"a window outside [0, {self._length})")
-        width = self.seq_len + 1
+        return self.read_mixed([self], None, windows)
+
+    def alike(self, other: object) -> bool:
+        """Whether ``other`` is windows of the same shape and dtype, read together with
+        these by `read_mixed`."""
+        return (
+            isinstance(other, TokenWindows)
+            and (other.seq_len, other.documents, other.tokens.dtype)
+            == (self.seq_len, self.documents, self.tokens.dtype)
+        )
+
+    @staticmethod
+    def read_mixed(
+        streams: list[TokenWindows],
+        which: npt.NDArray[np.int32] | None,
+        windows: npt.NDArray[np.int64],
+    ) -> Batch:
+        """Window ``windows[k]`` of ``streams[which[k]]`` (all of the first when None), each
+        in its stream's range, for each k: one read across their datasets."""
+        seq_len, documents = streams[0].seq_len, streams[0].documents
+        width = seq_len + 1
         n = windows.size
-        starts = windows * self.seq_len
+        starts = windows * seq_len
         lengths = np.full(n, width, np.int64)
-        read = read_token_spans([self.tokens], None, starts, lengths, documents=self.documents)
+        datasets = [w.tokens for w in streams]
+        read = read_token_spans(datasets, which, starts, lengths, documents=documents)
         tokens = read.tokens.reshape(n, width)
-        if not self.documents:
+        if not documents:
             return {"tokens": tokens}
         return {"tokens": tokens, **_window_segments(starts, width, read)}
 
@@ -287,19 +309,12 @@ class PackedTokens:
             begins = np.append(begins, end)
         bins = self.group if g < self._full else self._tail
         packing = pack_group(start, stop, begins, width, bins)
-        count = np.diff(packing.edges)
-        length = packing.lengths
-        flat = join(tokens, packing.starts - start, length)
-        before = np.cumsum(length) - length
-        row = np.repeat(np.arange(bins, dtype=np.int64), count)
-        dest = row * width + before - np.repeat(before[np.cumsum(count) - count], count)
-        fill = np.bincount(row, length, bins).astype(np.int64)
-        segment_ids, positions = _segments(bins, width, fill, dest)
-        if int(fill.sum()) == bins * width:  # no padding: the pieces tile the rows in order
-            return _Group(packing, flat.reshape(bins, width), segment_ids, positions)
-        out = np.zeros(bins * width, tokens.dtype)
-        out[ranges(dest, length)] = flat
-        return _Group(packing, out.reshape(bins, width), segment_ids, positions)
+        out = np.empty((bins, width), tokens.dtype)
+        segment_ids = np.empty((bins, width), np.int32)
+        positions = np.empty((bins, width), np.int32)
+        pack_rows(tokens, start, packing.starts, packing.lengths, packing.edges, out,
+                  segment_ids, positions)  # fmt: skip
+        return _Group(packing, out, segment_ids, positions)
 
     def __getitems__(self, indices: npt.NDArray[Any]) -> Batch:
         rows = np.asarray(indices, np.int64).reshape(-1)
@@ -310,17 +325,20 @@ class PackedTokens:
             return {"tokens": empty.astype(self.tokens.dtype), "segment_ids": empty,
                     "positions": empty}  # fmt: skip
         groups, bins = np.divmod(rows, self.group)
-        found = self._groups(np.unique(groups).tolist())
+        distinct, which = np.unique(groups, return_inverse=True)
+        found = self._groups(distinct.tolist())
+        packed = [found[g] for g in distinct.tolist()]
+        which = which.astype(np.int32)
         n, width = rows.size, self.seq_len
-        tokens = np.empty((n, width), self.tokens.dtype)
-        segment_ids = np.empty((n, width), np.int32)
-        positions = np.empty((n, width), np.int32)
-        for k, (g, b) in enumerate(zip(groups.tolist(), bins.tolist(), strict=True)):
-            packed = found[g]
-            tokens[k] = packed.tokens[b]
-            segment_ids[k] = packed.segment_ids[b]
-            positions[k] = packed.positions[b]
-        return {"tokens": tokens, "segment_ids": segment_ids, "positions": positions}
+        batch = {
+            "tokens": np.empty((n, width), self.tokens.dtype),
+            "segment_ids": np.empty((n, width), np.int32),
+            "positions": np.empty((n, width), np.int32),
+        }
+        copy_rows([p.tokens for p in packed], which, bins, batch["tokens"])
+        copy_rows([p.segment_ids for p in packed], which, bins, batch["segment_ids"])
+        copy_rows([p.positions for p in packed], which, bins, batch["positions"])
+        return batch
 
     def __repr__(self) -> str:
         return (
