@@ -422,14 +422,15 @@ def read_token_spans(
     tokens = np.empty(int(count.sum()), datasets[0].dtype)
     counts = np.empty(lo.size, np.int64) if documents else None
     views = [ds._in_place() for ds in datasets]
-    result = None
-    if all(v is not None for v in views):
+    if None not in views:
         places = [(ds._params, v.where) for ds, v in zip(datasets, views, strict=True) if v]
         threads = max(v.threads for v in views if v)
         result = read_tokens(places, which, lo, count, tokens, counts, threads)
         for v in views:
             if v:
                 v.check()
+    else:
+        result = None
     if result is None or result[0]:
         gathered = []
         for s, ds in enumerate(datasets):

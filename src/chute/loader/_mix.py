@@ -26,8 +26,6 @@ its first pass, and adding a source does not reorder the others.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +36,7 @@ import numpy.typing as npt
 from chute._native import fill as _fill
 from chute._native import sampler_codes
 from chute._util.checks import check_int
-from chute.loader._sampler import SamplerMode, StepSampler
+from chute.loader._sampler import DrawBlocks, SamplerMode, StepSampler
 from chute.loader._streams import Ordered, Stream, as_streams, check_streams
 from chute.loader._tokens import TokenWindows
 
@@ -47,8 +45,6 @@ __all__ = ["MixSampler", "Mixture", "mix"]
 _SCALE = 1 << 32  # the weights of a phase, as integers summing to this
 _IID_BLOCK = 1 << 32  # iid draws of a source: draw n is position n % block of step n // block
 _SOURCE = "source"
-_BLOCK = 1 << 13  # records whose positions are drawn together (a few steps' worth)
-_BLOCKS_KEPT = 8  # blocks kept: loader threads building neighbouring steps share them
 
 
 def _integer_weights(weights: Any, names: Sequence[str], where: str) -> tuple[int, ...]:
@@ -291,8 +287,7 @@ class MixSampler(StepSampler):
         self.mode: SamplerMode = mode
         self._code = codes[mode]
         self._seeds = [_source_seed(self.seed, n) for n in mixture.names]
-        self._lock = threading.Lock()
-        self._blocks: OrderedDict[int, npt.NDArray[np.uint64]] = OrderedDict()
+        self._blocks = DrawBlocks(self._positions)
         # which sources draw in an order of their own, asked once (a Protocol check is dear)
         self._ordered = [
             src if self._code == sampler_codes.MODE_CYCLIC and isinstance(src, Ordered) else None
@@ -318,30 +313,21 @@ class MixSampler(StepSampler):
         return total
 
     def fill(self, step: int, start: int, out: npt.NDArray[np.uint64]) -> None:
-        first = step * self.batch_size + start
-        block, at = divmod(first, _BLOCK)
-        while out.size:  # a batch's records may straddle two blocks
-            take = min(out.size, _BLOCK - at)
-            out[:take] = self._block(block)[at : at + take]
-            out, block, at = out[take:], block + 1, 0
+        self._blocks.fill(step * self.batch_size + start, out)
 
-    def _block(self, block: int) -> npt.NDArray[np.uint64]:
-        """The positions of the run's records ``block * _BLOCK`` onwards (``_BLOCK`` of
-        them), computed once for many steps: the routing and each source's draws cost
-        the same for one step as for a hundred."""
-        with self._lock:
-            found = self._blocks.get(block)
-            if found is not None:
-                return found
-        first, b = block * _BLOCK, self.batch_size
-        out = np.empty(_BLOCK, np.uint64)
+    def _positions(self, first: int, count: int) -> npt.NDArray[np.uint64]:
+        """The positions of the run's records ``first .. first + count - 1``: the routing
+        and each source's draws cost about the same for one step as for a hundred, so
+        `DrawBlocks` asks for many steps at once."""
+        b = self.batch_size
+        out = np.empty(count, np.uint64)
         mixture = self.mixture
         done = 0
-        while done < _BLOCK:  # one phase at a time
+        while done < count:  # one phase at a time
             record = first + done
             k = int(np.searchsorted(mixture.steps, record // b, side="right")) - 1
-            end = mixture.steps[k + 1] * b if k + 1 < len(mixture.steps) else record + _BLOCK
-            n = min(_BLOCK - done, end - record)
+            end = mixture.steps[k + 1] * b if k + 1 < len(mixture.steps) else record + count
+            n = min(count - done, end - record)
             source = mixture.phases[k].route(record - mixture.steps[k] * b, n)
             before = self._before(record)
             for s in np.unique(source).tolist():
@@ -349,10 +335,6 @@ class MixSampler(StepSampler):
                 drawn = self._draw(s, before[s], where.size)
                 out[done + where] = drawn + np.uint64(mixture.offsets[s])
             done += n
-        with self._lock:
-            self._blocks[block] = out
-            while len(self._blocks) > _BLOCKS_KEPT:
-                self._blocks.popitem(last=False)
         return out
 
     def _draw(self, s: int, first: int, n: int) -> npt.NDArray[np.uint64]:

@@ -7,10 +7,13 @@ in. The loader accepts any object with the `SamplerLike` protocol.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import threading
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
@@ -320,6 +323,40 @@ class WeightedSampler(StepSampler):
         )
 
 
+class DrawBlocks:
+    """The run's draws made ``size`` at a time and the last ``kept`` blocks kept, for
+    samplers whose draws cost about as much for one step as for a hundred (an order
+    computed in Python: a mixture's routing, a stream's lanes): `fill` copies a step's
+    slice out of its block. Loader threads building neighbouring steps share the blocks."""
+
+    def __init__(
+        self, draw: Callable[[int, int], npt.NDArray[np.uint64]], size: int = 1 << 13,
+        kept: int = 8,
+    ) -> None:  # fmt: skip
+        self._draw, self._size, self._kept = draw, size, kept
+        self._lock = threading.Lock()
+        self._blocks: OrderedDict[int, npt.NDArray[np.uint64]] = OrderedDict()
+
+    def fill(self, first: int, out: npt.NDArray[np.uint64]) -> None:
+        """Draws ``first .. first + len(out) - 1`` into ``out``."""
+        block, at = divmod(first, self._size)
+        while out.size:  # a step's draws may straddle two blocks
+            take = min(out.size, self._size - at)
+            out[:take] = self._block(block)[at : at + take]
+            out, block, at = out[take:], block + 1, 0
+
+    def _block(self, block: int) -> npt.NDArray[np.uint64]:
+        with self._lock:
+            found = self._blocks.get(block)
+        if found is None:
+            found = self._draw(block * self._size, self._size)  # outside the lock
+            with self._lock:
+                self._blocks[block] = found
+                while len(self._blocks) > self._kept:
+                    self._blocks.popitem(last=False)
+        return found
+
+
 class OrderSampler(StepSampler):
     """Draws a stream in its own order (`chute.loader._streams.Ordered`): the batch at step
     s is the stream's draws ``s * batch_size ...`` of the run keyed by ``seed``."""
@@ -327,9 +364,10 @@ class OrderSampler(StepSampler):
     def __init__(self, stream: Any, batch_size: int, *, seed: int = 0) -> None:
         super().__init__(len(stream), batch_size, seed=seed)
         self.stream = stream
+        self._blocks = DrawBlocks(functools.partial(stream.order, self.seed))
 
     def fill(self, step: int, start: int, out: npt.NDArray[np.uint64]) -> None:
-        out[:] = self.stream.order(self.seed, step * self.batch_size + start, len(out))
+        self._blocks.fill(step * self.batch_size + start, out)
 
     def fingerprint(self) -> Any:
         own = getattr(self.stream, "fingerprint", None)

@@ -135,6 +135,8 @@ class RecordStore(Closing):
         self._lock = threading.RLock()
         self._writer: Writer | None = None
         self._snap = empty_snapshot()
+        # the current snapshot's in_place(), made on its first use
+        self._in_place: tuple[Snapshot | None, InPlace | None] = (None, None)
         if self._writable:
             self._files = open_for_writing(self._path, reset=mode == "w", durable=durable)
             self._closed = False
@@ -321,14 +323,18 @@ class RecordStore(Closing):
         """The current snapshot as the compiled core reads it, for its readers beyond the
         gather family (the token reader): ``where`` is ``(table, limits, chunks, ddict, sums
         or None, strict)``; call ``check()`` after reading (a delete, compaction or reset
-        since is `StoreChangedError`). None where the records are not mapped here."""
+        since the snapshot, before or during the read, is `StoreChangedError`). None where
+        the records are not mapped here. Made once per snapshot."""
         self._check_open()
         snap = self._current()
-        self._check_generation(snap)
-        sums = snap.sums if self._verify else None
-        where = (snap.table, snap.limits, snap.maps, snap.ddict, sums,
-                 snap.strict and sums is not None)  # fmt: skip
-        return InPlace(where, self._threads, functools.partial(self._check_generation, snap))
+        made_for, made = self._in_place
+        if made_for is not snap or made is None:
+            sums = snap.sums if self._verify else None
+            where = (snap.table, snap.limits, snap.maps, snap.ddict, sums,
+                     snap.strict and sums is not None)  # fmt: skip
+            made = InPlace(where, self._threads, functools.partial(self._check_generation, snap))
+            self._in_place = (snap, made)
+        return made
 
     def lengths(self, indices: IndexLike) -> npt.NDArray[np.uint32]:
         """Logical (decoded) byte size of each record."""
