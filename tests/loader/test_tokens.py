@@ -252,9 +252,9 @@ def test_a_pass_of_packed_sequences_packs_each_group_once(corpus, monkeypatch) -
     ds, _ = corpus
     packed = PackedTokens(ds, seq_len=40, group=4, lanes=8)
     packs: list[int] = []
-    real = module.pack_group
-    monkeypatch.setattr(module, "pack_group",
-                        lambda start, *a: packs.append(start) or real(start, *a))  # fmt: skip
+    real = module.pack_groups
+    monkeypatch.setattr(module, "pack_groups",
+                        lambda starts, *a: packs.extend(starts.tolist()) or real(starts, *a))  # fmt: skip
     n = len(packed)
     with DataLoader(packed, batch_size=6, seed=1) as loader:
         sampler = loader.sampler  # the stream's own order

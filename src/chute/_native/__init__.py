@@ -1,7 +1,8 @@
 """The typed face of chute's compiled core. Only `chute.store`, the samplers
-(`chute.loader._sampler`), the token reader (`chute.datasets._tokens`, `chute.loader._tokens`), the in-place
-loader's slab pool (`chute.insitu._shared`, for CRC-32C) and the metric curves
-(`chute.metrics._smooth`) import it."""
+(`chute.loader._sampler`, `chute.loader._mix`), the token reader and packer
+(`chute.datasets._tokens`, `chute.loader._packing`), the in-place loader's slab pool
+(`chute.insitu._shared`, for CRC-32C) and the metric curves (`chute.metrics._smooth`)
+import it."""
 
 from chute._native import _sampler as sampler_codes  # MODE_* sampler mode codes
 from chute._native import _zrecord as codes  # GE_* gather error codes, MAX_RECORD
@@ -10,7 +11,6 @@ from chute._native._sampler import fill, fill_window
 from chute._native._zrecord import (
     chunks_from_buffers,
     compress,
-    copy_rows,
     crc32c,
     gather,
     load_generation,
@@ -18,8 +18,9 @@ from chute._native._zrecord import (
     make_cdict,
     make_ddict,
     map_chunks,
-    pack_rows,
+    pack_groups,
     put_entry,
+    read_packed,
     read_tokens,
     store_generation,
     store_state,
@@ -30,7 +31,6 @@ __all__ = [
     "chunks_from_buffers",
     "codes",
     "compress",
-    "copy_rows",
     "crc32c",
     "ema",
     "extremes",
@@ -42,8 +42,9 @@ __all__ = [
     "make_cdict",
     "make_ddict",
     "map_chunks",
-    "pack_rows",
+    "pack_groups",
     "put_entry",
+    "read_packed",
     "read_tokens",
     "sampler_codes",
     "store_generation",

@@ -22,21 +22,28 @@ def read_tokens(
     which: _Buffer | None,
     lo: _Buffer,
     length: _Buffer,
-    out: _Buffer,
+    out: _Buffer | None,
     doc_counts: _Buffer | None,
     threads: int,
 ) -> tuple[int, int, int, int, bytearray | None, int]: ...
-def pack_rows(
-    tokens: _Buffer,
-    base: int,
+def pack_groups(
     starts: _Buffer,
-    lengths: _Buffer,
-    edges: _Buffer,
+    stops: _Buffer,
+    bins: _Buffer,
+    docs: _Buffer,
+    doc_counts: _Buffer,
+    seq_len: int,
+) -> list[bytearray]: ...
+def read_packed(
+    source: tuple[tuple[int, int, int, int], tuple[Any, ...]],
+    tables: Sequence[_Buffer],
+    which: _Buffer,
+    rows: _Buffer,
     out_tokens: _Buffer,
     out_ids: _Buffer,
     out_positions: _Buffer,
-) -> None: ...
-def copy_rows(sources: Sequence[_Buffer], which: _Buffer, rows: _Buffer, out: _Buffer) -> None: ...
+    threads: int,
+) -> tuple[int, int, int, int, None, int]: ...
 def map_chunks(fds: Sequence[int]) -> Any: ...
 def chunks_from_buffers(buffers: Sequence[_Buffer]) -> Any: ...
 def compress(

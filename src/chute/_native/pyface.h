@@ -40,9 +40,9 @@ int chute_open_store(PyObject *table, PyObject *limits, PyObject *chunks, PyObje
                      PyObject *sums, int strict, store_views *views, zr_store *out);
 void chute_release_store(store_views *views);
 
-/* The token reader's entries (tokens_module.c): read_tokens, pack_rows, copy_rows. */
+/* The token reader's entries (tokens_module.c). */
 PyObject *chute_py_read_tokens(PyObject *self, PyObject *args);
-PyObject *chute_py_pack_rows(PyObject *self, PyObject *args);
-PyObject *chute_py_copy_rows(PyObject *self, PyObject *args);
+PyObject *chute_py_pack_groups(PyObject *self, PyObject *args);
+PyObject *chute_py_read_packed(PyObject *self, PyObject *args);
 
 #endif

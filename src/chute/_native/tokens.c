@@ -100,7 +100,7 @@ static int read_span(tok_job *job, size_t k, ZSTD_DCtx **dctx, uint64_t *uncheck
     const tok_source *s = &a->sources[a->which ? a->which[k] : 0];
     uint64_t lo = (uint64_t)a->lo[k], hi = lo + (uint64_t)a->len[k];
     uint64_t size = s->record_tokens, isz = s->itemsize;
-    uint8_t *out = a->out + job->at[k] * isz;
+    uint8_t *out = a->out ? a->out + job->at[k] * isz : NULL;
     uint64_t before = docs ? docs->n : 0;
     for (uint64_t r = lo / size; r * size < hi; r++) {
         const uint8_t *data = NULL;
@@ -120,8 +120,9 @@ static int read_span(tok_job *job, size_t k, ZSTD_DCtx **dctx, uint64_t *uncheck
         if (code == GE_OK) {
             uint64_t base = r * size;
             uint64_t a0 = lo > base ? lo : base, b0 = hi < base + tokens ? hi : base + tokens;
-            if (b0 > a0) memcpy(out + (a0 - lo) * isz, data + TOKEN_HEADER + (a0 - base) * isz,
-                                (b0 - a0) * isz);
+            if (out && b0 > a0)
+                memcpy(out + (a0 - lo) * isz, data + TOKEN_HEADER + (a0 - base) * isz,
+                       (b0 - a0) * isz);
             const uint8_t *offs = data + TOKEN_HEADER + tokens * isz;
             for (uint64_t j = 0; docs && j < starts && code == GE_OK; j++) {
                 uint64_t v = le(offs + 4 * j, 4);
@@ -173,7 +174,14 @@ void chute_read_tokens(tok_args *a) {
             free(at);
             return;
         }
-        at[k] = total;
+        at[k] = a->dest ? (uint64_t)a->dest[k] : total;
+        if (a->dest && (a->dest[k] < 0 || a->out_len / a->itemsize < (uint64_t)a->dest[k] ||
+                        a->out_len / a->itemsize - (uint64_t)a->dest[k] < (uint64_t)len)) {
+            a->code = TE_OUT;
+            a->span = k;
+            free(at);
+            return;
+        }
         if (total + (uint64_t)len < total) { /* only hostile spans come near */
             a->code = TE_SPAN;
             a->span = k;
@@ -190,7 +198,7 @@ void chute_read_tokens(tok_args *a) {
         }
     }
     at[a->n] = total;
-    if (total * a->itemsize > a->out_len) {
+    if (a->out && !a->dest && total * a->itemsize > a->out_len) {
         a->code = TE_OUT;
         a->detail = (long long)(total * a->itemsize);
         free(at);
@@ -233,33 +241,131 @@ void chute_read_tokens(tok_args *a) {
     free(at);
 }
 
-int chute_pack_rows(const uint8_t *tokens, uint64_t ntokens, uint32_t itemsize, int64_t base,
-                    const int64_t *starts, const int64_t *lengths, const int64_t *edges,
-                    uint64_t npieces, uint64_t rows, uint64_t width, uint8_t *out_tokens,
-                    int32_t *out_ids, int32_t *out_positions) {
-    if (edges[0] != 0 || (uint64_t)edges[rows] != npieces || width > INT32_MAX) return -1;
-    for (uint64_t b = 0; b < rows; b++) {
-        if (edges[b + 1] < edges[b]) return -1;
-        uint64_t at = 0;
-        uint8_t *row_tokens = out_tokens + b * width * itemsize;
-        int32_t *ids = out_ids + b * width, *positions = out_positions + b * width;
-        for (int64_t p = edges[b]; p < edges[b + 1]; p++) {
-            int64_t from = starts[p] - base, n = lengths[p];
-            if (from < 0 || n < 0 || (uint64_t)from > ntokens || (uint64_t)n > ntokens - from ||
-                (uint64_t)n > width - at)
-                return -1;
-            memcpy(row_tokens + at * itemsize, tokens + (uint64_t)from * itemsize,
-                   (uint64_t)n * itemsize);
-            int32_t id = (int32_t)(p - edges[b] + 1);
-            for (int64_t j = 0; j < n; j++) {
-                ids[at + j] = id;
-                positions[at + j] = (int32_t)j;
-            }
-            at += (uint64_t)n;
+/* Pieces a group's bins may receive beside whole sequences: a piece per span between marks
+ * (ndocs + 1) and one more each time a split piece moves on to the next bin (at most bins),
+ * with room to spare. */
+static uint64_t placed_capacity(uint64_t bins, uint64_t ndocs) { return 2 * bins + ndocs + 2; }
+
+uint64_t chute_pack_capacity(uint64_t bins, uint64_t ndocs) {
+    return 2 + bins + 2 * (bins + placed_capacity(bins, ndocs));
+}
+
+typedef struct {
+    int64_t start, length;
+} piece;
+
+static int by_length_then_start(const void *x, const void *y) {
+    const piece *a = x, *b = y;
+    if (a->length != b->length) return a->length > b->length ? -1 : 1;
+    return (a->start > b->start) - (a->start < b->start);
+}
+
+typedef struct {
+    uint64_t bin;
+    piece p;
+} placed;
+
+int64_t chute_pack_group(int64_t start, int64_t stop, const int64_t *docs, uint64_t ndocs,
+                         uint64_t seq_len, uint64_t bins, int64_t *table) {
+    if (stop < start || seq_len == 0 || bins == 0) return -1;
+    for (uint64_t i = 0; i < ndocs; i++)
+        if (docs[i] < start || docs[i] > stop || (i && docs[i] <= docs[i - 1])) return -1;
+    uint64_t cap = placed_capacity(bins, ndocs);
+    piece *whole = malloc(bins * sizeof *whole);
+    uint64_t *first = calloc(bins + 1, sizeof *first); /* each bin's first placed piece */
+    piece *intact = malloc((ndocs + 2) * sizeof *intact);
+    piece *rest = malloc((ndocs + 2) * sizeof *rest);
+    placed *put = malloc(cap * sizeof *put);
+    uint64_t *room = malloc(bins * sizeof *room), *open = malloc(bins * sizeof *open);
+    uint64_t nwhole = 0, nintact = 0, nrest = 0, nput = 0;
+    int64_t result = -1;
+    if (!whole || !first || !intact || !rest || !put || !room || !open) goto done;
+    int stop_begins = ndocs && docs[ndocs - 1] == stop;
+    uint64_t d = ndocs && docs[0] == start ? 1 : 0; /* the next interior document start */
+    int64_t a = start;
+    int a_begins = ndocs && docs[0] == start;
+    while (a < stop) {
+        int64_t b = d < ndocs && docs[d] < stop ? docs[d] : stop;
+        uint64_t n = (uint64_t)(b - a), full = n / seq_len, tail = n % seq_len;
+        if (nwhole + full > bins) goto done;
+        for (uint64_t k = 0; k < full; k++)
+            whole[nwhole++] = (piece){a + (int64_t)(k * seq_len), (int64_t)seq_len};
+        if (tail) {
+            piece p = {a + (int64_t)(full * seq_len), (int64_t)tail};
+            int keep = full == 0 && a_begins && (b < stop || stop_begins);
+            if (keep)
+                intact[nintact++] = p;
+            else
+                rest[nrest++] = p;
         }
-        memset(row_tokens + at * itemsize, 0, (width - at) * itemsize);
-        memset(ids + at, 0, (width - at) * sizeof *ids);
-        memset(positions + at, 0, (width - at) * sizeof *positions);
+        if (b < stop) d++;
+        a = b;
+        a_begins = 1;
     }
-    return 0;
+    uint64_t nbins = bins - nwhole, nopen = nbins;
+    for (uint64_t k = 0; k < nbins; k++) {
+        room[k] = seq_len;
+        open[k] = k;
+    }
+    qsort(intact, nintact, sizeof *intact, by_length_then_start);
+    uint64_t nleft = 0; /* intact pieces that fit nowhere whole join rest, after it */
+    for (uint64_t i = 0; i < nintact; i++) {
+        uint64_t k = 0;
+        while (k < nopen && room[open[k]] < (uint64_t)intact[i].length) k++;
+        if (k == nopen) {
+            rest[nrest + nleft++] = intact[i];
+            continue;
+        }
+        uint64_t bin = open[k];
+        put[nput++] = (placed){bin, intact[i]};
+        room[bin] -= (uint64_t)intact[i].length;
+        if (room[bin] == 0) {
+            memmove(open + k, open + k + 1, (nopen - k - 1) * sizeof *open);
+            nopen--;
+        }
+    }
+    uint64_t bin = 0;
+    for (uint64_t i = 0; i < nrest + nleft; i++) {
+        piece p = rest[i];
+        while (p.length) {
+            while (bin < nbins && room[bin] == 0) bin++;
+            if (bin == nbins || nput == cap) goto done;
+            uint64_t take = (uint64_t)p.length < room[bin] ? (uint64_t)p.length : room[bin];
+            put[nput++] = (placed){bin, {p.start, (int64_t)take}};
+            room[bin] -= take;
+            p.start += (int64_t)take;
+            p.length -= (int64_t)take;
+        }
+    }
+    /* the table: whole sequences first, then each bin's pieces in the order placed */
+    uint64_t npieces = nwhole + nput;
+    int64_t *edges = table + 1, *starts = edges + bins + 1, *lengths = starts + npieces;
+    table[0] = (int64_t)bins;
+    uint64_t at = 0;
+    edges[0] = 0;
+    for (uint64_t k = 0; k < nwhole; k++) {
+        starts[at] = whole[k].start;
+        lengths[at++] = whole[k].length;
+        edges[k + 1] = (int64_t)at;
+    }
+    for (uint64_t i = 0; i < nput; i++) first[put[i].bin + 1]++; /* a counting sort by bin */
+    for (uint64_t k = 0; k < nbins; k++) {
+        first[k + 1] += first[k];
+        edges[nwhole + k + 1] = (int64_t)(at + first[k + 1]);
+    }
+    for (uint64_t i = 0; i < nput; i++) {
+        uint64_t to = at + first[put[i].bin]++;
+        starts[to] = put[i].p.start;
+        lengths[to] = put[i].p.length;
+    }
+    result = (int64_t)(1 + bins + 1 + 2 * npieces);
+done:
+    free(whole);
+    free(first);
+    free(intact);
+    free(rest);
+    free(put);
+    free(room);
+    free(open);
+    return result;
 }

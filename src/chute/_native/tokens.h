@@ -42,7 +42,8 @@ typedef struct {
     const int32_t *which; /* NULL: every span from source 0 */
     const int64_t *lo, *len;
     size_t n;
-    uint8_t *out; /* the spans' tokens, end to end */
+    uint8_t *out;         /* the spans' tokens (NULL: document starts only) */
+    const int64_t *dest;  /* where in out (in tokens) each span goes; NULL: end to end */
     uint64_t out_len;
     uint32_t itemsize;
     int64_t *doc_counts; /* NULL, or one per span: the document starts inside it */
@@ -59,15 +60,15 @@ typedef struct {
 
 void chute_read_tokens(tok_args *a);
 
-#endif
 
-/* A packed group laid out as rows of `width` tokens: row b holds the pieces edges[b] ..
- * edges[b + 1] - 1, piece p being tokens[starts[p] - base .. + lengths[p]) of the group's
- * tokens (read from stream offset `base`), followed by padding (token 0). Segment ids count
- * a row's pieces from 1 (0: padding), positions count from 0 in each piece. Returns 0, or -1
- * when a piece falls outside the tokens or a row overflows (nothing is written past the
- * outputs either way). */
-int chute_pack_rows(const uint8_t *tokens, uint64_t ntokens, uint32_t itemsize, int64_t base,
-                    const int64_t *starts, const int64_t *lengths, const int64_t *edges,
-                    uint64_t npieces, uint64_t rows, uint64_t width, uint8_t *out_tokens,
-                    int32_t *out_ids, int32_t *out_positions);
+/* One group of a token stream packed into `bins` sequences of `seq_len` (see
+ * chute.loader._packing for the rule): tokens start..stop, the documents beginning at
+ * docs[0..ndocs) (rising, inside [start, stop]; stop itself where a document begins there or
+ * the stream ends). Writes the pieces to table as [bins, edges (bins + 1), piece starts,
+ * piece lengths] (sequence b is pieces edges[b] .. edges[b + 1] - 1) and returns the table's
+ * length, at most chute_pack_capacity(bins, ndocs); -1 when the tokens do not fit. */
+int64_t chute_pack_group(int64_t start, int64_t stop, const int64_t *docs, uint64_t ndocs,
+                         uint64_t seq_len, uint64_t bins, int64_t *table);
+uint64_t chute_pack_capacity(uint64_t bins, uint64_t ndocs);
+
+#endif

@@ -110,7 +110,7 @@ PyObject *chute_py_read_tokens(PyObject *self, PyObject *args) {
     size_t n = (size_t)lo.len / 8;
     if (get_items(len_obj, &len, 8, n, 0, "len") < 0) goto done;
     if (which_obj != Py_None && get_items(which_obj, &which, 4, n, 0, "which") < 0) goto done;
-    if (chute_get_dst(out_obj, &out) < 0) goto done;
+    if (out_obj != Py_None && chute_get_dst(out_obj, &out) < 0) goto done;
     if (counts_obj != Py_None && get_items(counts_obj, &counts, 8, n, 1, "doc_counts") < 0)
         goto done;
     tok_args a = {
@@ -155,113 +155,188 @@ done:
     return result;
 }
 
-/* pack_rows(tokens, base, starts, lengths, edges, out_tokens, out_ids, out_positions)
- *   -> None: a packed group's rows laid out (chute_pack_rows); ValueError when the pieces
- *      do not fit the tokens or the rows. */
-PyObject *chute_py_pack_rows(PyObject *self, PyObject *args) {
-    PyObject *tokens_obj, *starts_obj, *lengths_obj, *edges_obj, *tok_obj, *ids_obj, *pos_obj;
-    long long base;
-    if (!PyArg_ParseTuple(args, "OLOOOOOO", &tokens_obj, &base, &starts_obj, &lengths_obj,
-                          &edges_obj, &tok_obj, &ids_obj, &pos_obj))
+/* pack_groups(starts, stops, bins, docs, doc_counts, seq_len) -> [bytearray]: each group's
+ * packing table (int64, see chute_pack_group), group g taking the next doc_counts[g] of docs. */
+PyObject *chute_py_pack_groups(PyObject *self, PyObject *args) {
+    PyObject *starts_obj, *stops_obj, *bins_obj, *docs_obj, *counts_obj;
+    unsigned long long seq_len;
+    if (!PyArg_ParseTuple(args, "OOOOOK", &starts_obj, &stops_obj, &bins_obj, &docs_obj,
+                          &counts_obj, &seq_len))
         return NULL;
-    Py_buffer tokens = {0}, starts = {0}, lengths = {0}, edges = {0}, out = {0}, ids = {0},
-              positions = {0};
-    PyObject *result = NULL;
-    if (PyObject_GetBuffer(tokens_obj, &tokens, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) goto done;
-    size_t isz = (size_t)tokens.itemsize;
-    if ((isz != 2 && isz != 4) || !chute_plain_format(tokens.format)) {
-        PyErr_SetString(PyExc_ValueError, "tokens must be a plain array of 2- or 4-byte items");
-        goto done;
-    }
+    Py_buffer starts = {0}, stops = {0}, bins = {0}, docs = {0}, counts = {0};
+    PyObject *result = NULL, *list = NULL;
     if (get_items(starts_obj, &starts, 8, 0, 0, "starts") < 0) goto done;
-    size_t np_ = (size_t)starts.len / 8;
-    if (get_items(lengths_obj, &lengths, 8, np_, 0, "lengths") < 0) goto done;
-    if (get_items(edges_obj, &edges, 8, 1, 0, "edges") < 0) goto done;
-    size_t rows = (size_t)edges.len / 8 - 1;
-    if (get_items(tok_obj, &out, isz, 0, 1, "out_tokens") < 0) goto done;
-    size_t width = rows ? (size_t)out.len / isz / rows : 0;
-    if (get_items(ids_obj, &ids, 4, rows * width, 1, "out_ids") < 0) goto done;
-    if (get_items(pos_obj, &positions, 4, rows * width, 1, "out_positions") < 0) goto done;
-    if (rows && (size_t)out.len != rows * width * isz) {
-        PyErr_SetString(PyExc_ValueError, "out_tokens must hold whole rows");
+    size_t n = (size_t)starts.len / 8;
+    if (get_items(stops_obj, &stops, 8, n, 0, "stops") < 0 ||
+        get_items(bins_obj, &bins, 8, n, 0, "bins") < 0 ||
+        get_items(counts_obj, &counts, 8, n, 0, "doc_counts") < 0 ||
+        get_items(docs_obj, &docs, 8, 0, 0, "docs") < 0)
         goto done;
+    if (!(list = PyList_New((Py_ssize_t)n))) goto done;
+    const int64_t *start = starts.buf, *stop = stops.buf, *nbins = bins.buf, *count = counts.buf;
+    uint64_t taken = 0, ndocs = (uint64_t)docs.len / 8;
+    for (size_t g = 0; g < n; g++) {
+        if (nbins[g] < 1 || nbins[g] > (1 << 20) || count[g] < 0 ||
+            (uint64_t)count[g] > ndocs - taken || seq_len == 0 || seq_len > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "group %zu: %lld sequences, %lld document starts", g,
+                         (long long)nbins[g], (long long)count[g]);
+            goto done;
+        }
+        uint64_t cap = chute_pack_capacity((uint64_t)nbins[g], (uint64_t)count[g]);
+        int64_t *table = malloc(cap * sizeof *table);
+        if (!table) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        int64_t used = chute_pack_group(start[g], stop[g], (const int64_t *)docs.buf + taken,
+                                        (uint64_t)count[g], seq_len, (uint64_t)nbins[g], table);
+        taken += (uint64_t)count[g];
+        PyObject *bytes = used < 0 ? NULL
+                                   : PyByteArray_FromStringAndSize((const char *)table,
+                                                                   (Py_ssize_t)used * 8);
+        free(table);
+        if (used < 0)
+            PyErr_Format(PyExc_ValueError,
+                         "tokens %lld..%lld do not fit %lld sequences of %llu: the document "
+                         "starts are not rising inside the group, or the group is too long",
+                         (long long)start[g], (long long)stop[g], (long long)nbins[g], seq_len);
+        if (!bytes) goto done;
+        PyList_SET_ITEM(list, (Py_ssize_t)g, bytes);
     }
-    int bad;
-    Py_BEGIN_ALLOW_THREADS
-    bad = chute_pack_rows(tokens.buf, (uint64_t)tokens.len / isz, (uint32_t)isz, base, starts.buf,
-                          lengths.buf, edges.buf, np_, rows, width, out.buf, ids.buf,
-                          positions.buf);
-    Py_END_ALLOW_THREADS
-    if (bad)
-        PyErr_SetString(PyExc_ValueError, "the pieces of a packing do not fit its tokens or rows");
-    else
-        result = Py_NewRef(Py_None);
+    result = list;
+    list = NULL;
 done:
-    Py_buffer *held[] = {&tokens, &starts, &lengths, &edges, &out, &ids, &positions};
+    Py_XDECREF(list);
+    Py_buffer *held[] = {&starts, &stops, &bins, &docs, &counts};
     for (size_t j = 0; j < sizeof held / sizeof *held; j++)
         if (held[j]->obj) PyBuffer_Release(held[j]);
     return result;
 }
 
-/* copy_rows(sources, which, rows, out) -> None: row rows[k] of sources[which[k]] to row k of
- * out, every source and out plain C-contiguous arrays of out's row size. */
-PyObject *chute_py_copy_rows(PyObject *self, PyObject *args) {
-    PyObject *sources_obj, *which_obj, *rows_obj, *out_obj;
-    if (!PyArg_ParseTuple(args, "OOOO", &sources_obj, &which_obj, &rows_obj, &out_obj)) return NULL;
-    PyObject *fast = PySequence_Fast(sources_obj, "copy_rows takes a sequence of arrays");
+/* read_packed(source, tables, which, rows, out_tokens, out_ids, out_positions, threads)
+ *   -> read_tokens' tuple: row rows[k] of the packing tables[which[k]] laid out as row k of
+ *      the outputs (segment ids and positions here, tokens by the token reader from source,
+ *      padding 0), in one call without the GIL. */
+PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
+    PyObject *source_obj, *tables_obj, *which_obj, *rows_obj, *tok_obj, *ids_obj, *pos_obj;
+    Py_ssize_t threads;
+    if (!PyArg_ParseTuple(args, "OOOOOOOn", &source_obj, &tables_obj, &which_obj, &rows_obj,
+                          &tok_obj, &ids_obj, &pos_obj, &threads))
+        return NULL;
+    PyObject *fast = PySequence_Fast(tables_obj, "read_packed takes a sequence of tables");
     if (!fast) return NULL;
-    Py_ssize_t ns = PySequence_Fast_GET_SIZE(fast);
-    Py_buffer which = {0}, rows = {0}, out = {0};
-    Py_buffer *views = calloc(ns > 0 ? (size_t)ns : 1, sizeof *views);
+    Py_ssize_t nt = PySequence_Fast_GET_SIZE(fast);
     PyObject *result = NULL;
-    if (!views) {
+    tok_source source = {0};
+    store_views sv = {0};
+    Py_buffer sviews[3] = {{0}}, which = {0}, rows = {0}, out = {0}, ids = {0}, positions = {0};
+    Py_buffer *tables = calloc(nt > 0 ? (size_t)nt : 1, sizeof *tables);
+    int64_t *lo = NULL, *len = NULL, *dest = NULL;
+    if (!tables) {
         PyErr_NoMemory();
         goto done;
+    }
+    if (get_source(source_obj, &source, &sv, sviews) < 0) goto done;
+    for (Py_ssize_t t = 0; t < nt; t++) {
+        if (get_items(PySequence_Fast_GET_ITEM(fast, t), &tables[t], 8, 2, 0, "a table") < 0)
+            goto done;
+        const int64_t *e = (const int64_t *)tables[t].buf + 1;
+        int64_t nb = e[-1];
+        uint64_t size = (uint64_t)tables[t].len / 8;
+        int fine = nb >= 1 && (uint64_t)nb + 2 <= size && e[0] == 0;
+        for (int64_t b = 0; fine && b < nb; b++) fine = e[b + 1] >= e[b];
+        if (!fine || size != 2 + (uint64_t)nb + 2 * (uint64_t)e[nb]) {
+            PyErr_Format(PyExc_ValueError, "table %zd is not a packing table", t);
+            goto done;
+        }
     }
     if (get_items(rows_obj, &rows, 8, 0, 0, "rows") < 0) goto done;
     size_t n = (size_t)rows.len / 8;
     if (get_items(which_obj, &which, 4, n, 0, "which") < 0) goto done;
-    if (chute_get_dst(out_obj, &out) < 0) goto done;
-    if (n == 0 || ns == 0) {
-        result = Py_NewRef(Py_None);
+    if (get_items(tok_obj, &out, source.itemsize, 0, 1, "out_tokens") < 0) goto done;
+    size_t width = n ? (size_t)out.len / source.itemsize / n : 0;
+    if (n && (size_t)out.len != n * width * source.itemsize) {
+        PyErr_SetString(PyExc_ValueError, "out_tokens must hold one whole row per index");
         goto done;
     }
-    size_t row = (size_t)out.len / n;
-    if (row * n != (size_t)out.len) {
-        PyErr_SetString(PyExc_ValueError, "out must hold one whole row per index");
+    if (get_items(ids_obj, &ids, 4, n * width, 1, "out_ids") < 0 ||
+        get_items(pos_obj, &positions, 4, n * width, 1, "out_positions") < 0)
         goto done;
-    }
-    for (Py_ssize_t i = 0; i < ns; i++) {
-        Py_buffer *v = &views[i];
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, i), v,
-                               PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
-            goto done;
-        if (!chute_plain_format(v->format) || (row && (size_t)v->len % row)) {
-            PyErr_Format(PyExc_ValueError, "source %zd is not plain rows of %zu bytes", i, row);
-            goto done;
-        }
-    }
     const int32_t *w = which.buf;
     const int64_t *r = rows.buf;
+    size_t spans = 0;
     for (size_t k = 0; k < n; k++) {
-        if (w[k] < 0 || w[k] >= ns || r[k] < 0 ||
-            (size_t)r[k] >= (row ? (size_t)views[w[k]].len / row : 0)) {
-            PyErr_Format(PyExc_IndexError, "row %lld of source %d is not there", (long long)r[k],
+        const int64_t *table = w[k] >= 0 && w[k] < nt ? tables[w[k]].buf : NULL;
+        if (!table || r[k] < 0 || r[k] >= table[0]) {
+            PyErr_Format(PyExc_IndexError, "row %lld of table %d is not there", (long long)r[k],
                          (int)w[k]);
             goto done;
         }
+        spans += (size_t)(table[1 + r[k] + 1] - table[1 + r[k]]);
     }
+    lo = malloc((spans ? spans : 1) * 8);
+    len = malloc((spans ? spans : 1) * 8);
+    dest = malloc((spans ? spans : 1) * 8);
+    if (!lo || !len || !dest) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    size_t sp = 0;
+    for (size_t k = 0; k < n; k++) { /* segment ids and positions, and where each piece goes */
+        const int64_t *table = tables[w[k]].buf, *edges = table + 1;
+        int64_t nb = table[0], npieces = edges[nb];
+        const int64_t *starts = edges + nb + 1, *lengths = starts + npieces;
+        int32_t *row_ids = (int32_t *)ids.buf + k * width;
+        int32_t *row_pos = (int32_t *)positions.buf + k * width;
+        uint64_t at = 0;
+        for (int64_t p = edges[r[k]]; p < edges[r[k] + 1]; p++) {
+            if (lengths[p] < 0 || (uint64_t)lengths[p] > width - at) {
+                PyErr_Format(PyExc_ValueError, "row %zu's pieces overflow its %zu tokens", k,
+                             width);
+                goto done;
+            }
+            for (int64_t j = 0; j < lengths[p]; j++) {
+                row_ids[at + j] = (int32_t)(p - edges[r[k]] + 1);
+                row_pos[at + j] = (int32_t)j;
+            }
+            lo[sp] = starts[p];
+            len[sp] = lengths[p];
+            dest[sp++] = (int64_t)(k * width + at);
+            at += (uint64_t)lengths[p];
+        }
+        memset((uint8_t *)out.buf + (k * width + at) * source.itemsize, 0,
+               (width - at) * source.itemsize);
+        memset(row_ids + at, 0, (width - at) * 4);
+        memset(row_pos + at, 0, (width - at) * 4);
+    }
+    tok_args a = {
+        .sources = &source,
+        .nsources = 1,
+        .lo = lo,
+        .len = len,
+        .n = spans,
+        .out = out.buf,
+        .dest = dest,
+        .out_len = (uint64_t)out.len,
+        .itemsize = source.itemsize,
+        .max_threads = threads > 0 ? (size_t)threads : 1,
+    };
     Py_BEGIN_ALLOW_THREADS
-    for (size_t k = 0; k < n; k++)
-        memcpy((uint8_t *)out.buf + k * row, (const uint8_t *)views[w[k]].buf + (size_t)r[k] * row,
-               row);
+    chute_read_tokens(&a);
     Py_END_ALLOW_THREADS
-    result = Py_NewRef(Py_None);
+    result = Py_BuildValue("inLLOK", a.code, (Py_ssize_t)a.span, (long long)a.record, a.detail,
+                           Py_None, (unsigned long long)a.unchecked);
 done:
-    for (Py_ssize_t i = 0; views && i < ns; i++)
-        if (views[i].obj) PyBuffer_Release(&views[i]);
-    free(views);
-    Py_buffer *held[] = {&which, &rows, &out};
+    free(lo);
+    free(len);
+    free(dest);
+    chute_release_store(&sv);
+    for (int j = 0; j < 3; j++)
+        if (sviews[j].obj) PyBuffer_Release(&sviews[j]);
+    for (Py_ssize_t t = 0; tables && t < nt; t++)
+        if (tables[t].obj) PyBuffer_Release(&tables[t]);
+    free(tables);
+    Py_buffer *held[] = {&which, &rows, &out, &ids, &positions};
     for (size_t j = 0; j < sizeof held / sizeof *held; j++)
         if (held[j]->obj) PyBuffer_Release(held[j]);
     Py_DECREF(fast);

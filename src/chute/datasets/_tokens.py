@@ -24,12 +24,13 @@ reordered or foreign record is a `CorruptStoreError`, never other tokens.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 import numpy.typing as npt
 
-from chute._native import codes, read_tokens
+from chute._native import codes, read_packed, read_tokens
 from chute._util.checks import check_int
 from chute.datasets._bytes import _BYTES
 from chute.datasets._view import StoreView
@@ -51,6 +52,7 @@ __all__ = [
     "join",
     "max_record_tokens",
     "ranges",
+    "read_packed_rows",
     "read_token_spans",
 ]
 
@@ -321,10 +323,10 @@ class TokenDataset(StoreView):
         values, offsets = self._store.gather_packed(records)
         return values, offsets, records
 
-    def _refuse(self, code: int, record: int, lo: int) -> NoReturn:
+    def _refuse(self, code: int, record: int) -> NoReturn:
         """The exception for what the token reader found wrong at ``record``."""
         if code == codes.TE_SPAN:
-            raise RecordIndexError(f"a span at {lo} outside the stream's {self._num_tokens} tokens")
+            raise RecordIndexError(f"a span outside the stream's {self._num_tokens} tokens")
         if code == codes.TE_STARTS:
             self._damaged(record, "document starts out of order or out of the record")
         if code == codes.TE_HEADER:
@@ -412,35 +414,85 @@ def read_token_spans(
     count: npt.NDArray[np.int64],
     *,
     documents: bool = False,
+    copy: bool = True,
 ) -> TokenRead:
     """Tokens ``lo[k]:lo[k] + count[k]`` of the stream of ``datasets[which[k]]`` (all of the
     first when ``which`` is None) for each k, in one call of the compiled core across the
-    datasets (of one token dtype, the spans checked by `TokenDataset.check_spans`): records
-    are read where they lie in a local store, each header checked against its place, and
-    gathered by their store first elsewhere (shards, object storage) or when that failed
-    (the store's retry and its exception then)."""
-    tokens = np.empty(int(count.sum()), datasets[0].dtype)
+    datasets (of one token dtype, the spans checked by `TokenDataset.check_spans`); with
+    ``copy=False`` only the document starts (``tokens`` is then empty)."""
+    tokens = np.empty(int(count.sum()) if copy else 0, datasets[0].dtype)
     counts = np.empty(lo.size, np.int64) if documents else None
-    views = [ds._in_place() for ds in datasets]
-    if None not in views:
-        places = [(ds._params, v.where) for ds, v in zip(datasets, views, strict=True) if v]
-        threads = max(v.threads for v in views if v)
-        result = read_tokens(places, which, lo, count, tokens, counts, threads)
-        for v in views:
-            if v:
-                v.check()
-    else:
-        result = None
-    if result is None or result[0]:
-        gathered = []
-        for s, ds in enumerate(datasets):
-            mine = slice(None) if which is None else which == s
-            gathered.append((ds._params, ds._gather_for(lo[mine], count[mine])))
-        result = read_tokens(gathered, which, lo, count, tokens, counts, 1)
-        code, span, record = result[:3]
-        if code:
-            datasets[0 if which is None else int(which[span])]._refuse(code, record, int(lo[span]))
+
+    def read(sources: list[Any], threads: int) -> _Result:
+        return read_tokens(sources, which, lo, count, tokens if copy else None, counts, threads)
+
+    def touched(s: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        mine = slice(None) if which is None else which == s
+        return lo[mine], count[mine]
+
+    result = _native_read(
+        datasets, read, touched, lambda span: 0 if which is None else int(which[span])
+    )
     docs = result[4]
     if docs is None or counts is None:
         return TokenRead(tokens, np.empty(0, np.int64), np.zeros(lo.size, np.int64))
     return TokenRead(tokens, np.frombuffer(docs, np.int64), counts)
+
+
+def read_packed_rows(
+    dataset: TokenDataset,
+    tables: list[npt.NDArray[np.int64]],
+    which: npt.NDArray[np.int32],
+    rows: npt.NDArray[np.int64],
+    seq_len: int,
+    spans: Callable[[], tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
+) -> dict[str, npt.NDArray[Any]]:
+    """Row ``rows[k]`` of the packing ``tables[which[k]]`` (made by
+    `chute._native.pack_groups`) for each k, as ``tokens``, ``segment_ids`` and
+    ``positions`` of ``(n, seq_len)``, in one call of the compiled core; ``spans`` (starts,
+    lengths) cover every piece of the tables (the records to gather where they cannot be
+    read in place)."""
+    n = rows.size
+    batch = {
+        "tokens": np.empty((n, seq_len), dataset.dtype),
+        "segment_ids": np.empty((n, seq_len), np.int32),
+        "positions": np.empty((n, seq_len), np.int32),
+    }
+
+    def read(sources: list[Any], threads: int) -> _Result:
+        return read_packed(sources[0], tables, which, rows, batch["tokens"],
+                           batch["segment_ids"], batch["positions"], threads)  # fmt: skip
+
+    _native_read([dataset], read, lambda _: spans(), lambda _: 0)
+    return batch
+
+
+_Result = tuple[int, int, int, int, "bytearray | None", int]
+
+
+def _native_read(
+    datasets: list[TokenDataset],
+    read: Callable[[list[Any], int], _Result],
+    touched: Callable[[int], tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
+    owner: Callable[[int], int],
+) -> _Result:
+    """``read(sources, threads)`` with each dataset's records where they lie in a local store;
+    gathered by their store first elsewhere (shards, object storage) or when that failed
+    (the store's retry and its exception then): the records spans ``touched(s)`` (starts,
+    lengths) of dataset s touch. A failure the token reader reports at span k is raised by
+    dataset ``owner(k)``."""
+    views = [ds._in_place() for ds in datasets]
+    if None not in views:
+        places = [(ds._params, v.where) for ds, v in zip(datasets, views, strict=True) if v]
+        result = read(places, max(v.threads for v in views if v))
+        for v in views:
+            if v:
+                v.check()
+        if not result[0]:
+            return result
+    gathered = [(ds._params, ds._gather_for(*touched(s))) for s, ds in enumerate(datasets)]
+    result = read(gathered, 1)
+    code, span, record = result[:3]
+    if code:
+        datasets[owner(span)]._refuse(code, record)
+    return result

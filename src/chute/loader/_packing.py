@@ -1,16 +1,18 @@
-"""How one group of a token stream is packed into sequences (`chute.PackedTokens`).
+"""How groups of a token stream are packed into sequences (`chute.PackedTokens`).
 
-A pure function of the group's span and the document starts in it: no seed, no state, so
-any process packs a group the same way and a resumed run reads the same sequences.
+A pure function of a group's span and the document starts in it: no seed, no state, so any
+process packs a group the same way and a resumed run reads the same sequences. The packing
+runs in the compiled core (`chute._native.pack_groups`), many groups a call.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
+from chute._native import pack_groups as _pack
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,32 @@ class Packing:
     lengths: npt.NDArray[np.int64]
     edges: npt.NDArray[np.int64]
 
+    @classmethod
+    def of(cls, table: npt.NDArray[np.int64]) -> Packing:
+        """The packing a table of `pack_groups` describes."""
+        bins = int(table[0])
+        edges = table[1 : bins + 2]
+        pieces = int(edges[-1])
+        return cls(table[bins + 2 : bins + 2 + pieces], table[bins + 2 + pieces :], edges)
+
+
+def pack_groups(
+    starts: npt.NDArray[np.int64],
+    stops: npt.NDArray[np.int64],
+    bins: npt.NDArray[np.int64],
+    document_starts: npt.NDArray[np.int64],
+    counts: npt.NDArray[np.int64],
+    seq_len: int,
+) -> list[npt.NDArray[np.int64]]:
+    """Tokens ``starts[g]:stops[g]`` of each group g packed into ``bins[g]`` sequences of
+    ``seq_len`` (the rule is `pack_group`'s), its documents beginning at the next
+    ``counts[g]`` of ``document_starts``; each group's packing as the compiled core's table
+    ``[bins, edges (bins + 1), piece starts, piece lengths]`` (`Packing.of`)."""
+    return [
+        np.frombuffer(table, np.int64)
+        for table in _pack(starts, stops, bins, document_starts, counts, seq_len)
+    ]
+
 
 def pack_group(
     start: int, stop: int, document_starts: npt.NDArray[np.int64], seq_len: int, bins: int
@@ -32,60 +60,17 @@ def pack_group(
 
     Each document piece (cut at the group's edges) fills whole sequences with its first
     ``seq_len``-multiples. The documents shorter than that go first-fit-decreasing into
-    the other sequences; the gaps left are filled, in order, with the rest (the remainders
-    of longer documents and of those cut by the group's edges, split as needed), then with
-    any short document that fit nowhere whole. With ``bins * seq_len == stop - start`` no
-    token is left out and none is padding.
+    the other sequences (longest first, ties by position); the gaps left are filled, in
+    order, with the rest (the remainders of longer documents and of those cut by the
+    group's edges, split as needed), then with any short document that fit nowhere whole.
+    With ``bins * seq_len == stop - start`` no token is left out and none is padding.
 
     >>> p = pack_group(0, 16, np.array([0, 3, 9, 11, 16]), seq_len=8, bins=2)
     >>> [list(zip(p.starts[p.edges[b]:p.edges[b + 1]].tolist(),
     ...           p.lengths[p.edges[b]:p.edges[b + 1]].tolist())) for b in range(2)]
     [[(3, 6), (9, 2)], [(11, 5), (0, 3)]]
     """
-    begins = set(document_starts.tolist())
-    marks = sorted({start, stop} | {b for b in begins if start < b < stop})
-    rows: list[list[tuple[int, int]]] = []
-    intact: list[tuple[int, int]] = []  # whole short documents: kept whole where they fit
-    rest: list[tuple[int, int]] = []  # parts of longer or cut documents: split freely
-    for a, b in itertools.pairwise(marks):
-        whole, tail = divmod(b - a, seq_len)
-        rows.extend([(a + k * seq_len, seq_len)] for k in range(whole))
-        if tail:
-            piece = (a + whole * seq_len, tail)
-            keep = whole == 0 and a in begins and (b in begins or b < stop)
-            (intact if keep else rest).append(piece)
-    if len(rows) > bins:
-        raise ValueError(f"{stop - start} tokens do not fit {bins} sequences of {seq_len}")
-    room = [seq_len] * (bins - len(rows))
-    placed: list[list[tuple[int, int]]] = [[] for _ in room]
-    open_bins = list(range(len(room)))
-    left: list[tuple[int, int]] = []
-    for s, n in sorted(intact, key=lambda piece: (-piece[1], piece[0])):
-        for k, b in enumerate(open_bins):  # first fit
-            if room[b] >= n:
-                placed[b].append((s, n))
-                room[b] -= n
-                if room[b] == 0:
-                    del open_bins[k]
-                break
-        else:
-            left.append((s, n))
-    b = 0
-    for s, n in rest + left:  # split across the gaps, in order
-        while n:
-            while b < len(room) and room[b] == 0:
-                b += 1
-            if b == len(room):
-                raise ValueError(f"{stop - start} tokens do not fit {bins} sequences")
-            take = min(n, room[b])
-            placed[b].append((s, take))
-            room[b] -= take
-            s, n = s + take, n - take
-    rows.extend(placed)
-    flat = [piece for row in rows for piece in row]
-    counts = np.array([len(row) for row in rows], np.int64)
-    return Packing(
-        starts=np.array([s for s, _ in flat], np.int64),
-        lengths=np.array([n for _, n in flat], np.int64),
-        edges=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-    )
+    one = np.array([start], np.int64), np.array([stop], np.int64), np.array([bins], np.int64)
+    docs = np.asarray(document_starts, np.int64)
+    table = pack_groups(*one, docs, np.array([docs.size], np.int64), seq_len)[0]
+    return Packing.of(table)

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from chute._native import copy_rows, pack_rows
 from chute._util.checks import check_int
 from chute.datasets import TokenDataset
-from chute.datasets._tokens import TokenRead, join, ranges, read_token_spans
-from chute.loader._packing import Packing, pack_group
+from chute.datasets._tokens import TokenRead, ranges, read_packed_rows, read_token_spans
+from chute.loader._packing import Packing, pack_groups
 from chute.loader._sampler import OrderSampler, lane_order
 from chute.loader._streams import Batch
 
@@ -32,15 +31,6 @@ __all__ = ["PackedTokens", "TokenWindows", "varlen"]
 
 #: The most lanes a packed stream reads side by side (each keeps its group's sequences).
 _MOST_LANES = 4096
-
-
-class _Group(NamedTuple):
-    """A packed group: how it is packed, and its sequences laid out."""
-
-    packing: Packing
-    tokens: npt.NDArray[Any]
-    segment_ids: npt.NDArray[np.int32]
-    positions: npt.NDArray[np.int32]
 
 
 def _check_tokens(tokens: object, what: str) -> TokenDataset:
@@ -89,7 +79,9 @@ def _window_segments(
     n = starts.size
     inside = read.starts - np.repeat(starts, read.counts)  # from each window's first token
     row = np.repeat(np.arange(n, dtype=np.int64), read.counts)
-    breaks = np.concatenate([np.arange(n, dtype=np.int64) * width, (row * width + inside)[inside > 0]])
+    breaks = np.concatenate(
+        [np.arange(n, dtype=np.int64) * width, (row * width + inside)[inside > 0]]
+    )
     breaks.sort()
     segment_ids, positions = _segments(n, width, np.full(n, width, np.int64), breaks)
     return {"segment_ids": segment_ids, "positions": positions}
@@ -140,11 +132,11 @@ class TokenWindows:
     def alike(self, other: object) -> bool:
         """Whether ``other`` is windows of the same shape and dtype, read together with
         these by `read_mixed`."""
-        return (
-            isinstance(other, TokenWindows)
-            and (other.seq_len, other.documents, other.tokens.dtype)
-            == (self.seq_len, self.documents, self.tokens.dtype)
-        )
+        return isinstance(other, TokenWindows) and (
+            other.seq_len,
+            other.documents,
+            other.tokens.dtype,
+        ) == (self.seq_len, self.documents, self.tokens.dtype)
 
     @staticmethod
     def read_mixed(
@@ -181,15 +173,16 @@ class PackedTokens:
     the remainders are packed first-fit-decreasing into the group's other sequences, the
     few that fit nowhere whole being split to fill the gaps. Every group but the last is
     filled exactly (no padding); only documents longer than ``seq_len``, those crossing a
-    group's edge and the few used to fill gaps are split. A group is read (tokens and
-    document starts in one gather), packed and laid out when first asked for, in memory
-    bounded by the group: no pass over the corpus, ever. The last ``2 * lanes`` groups are
-    kept (``group * seq_len * 10`` bytes each: tokens, ids, positions).
+    group's edge and the few used to fill gaps are split. A group is packed when first asked
+    for (its document starts read, the groups a batch asks for packed together in the
+    compiled core): no pass over the corpus, ever. The packings of the last ``4 * lanes``
+    groups are kept (a few bytes per document); a batch's rows are then laid out and their
+    tokens read where they lie, in one call.
 
     Drawn ``sampler="cyclic"`` (the loader's default), each pass over the sequences takes
     the groups in a fresh order keyed by the seed and reads ``lanes`` of them side by side:
-    a batch holds sequences of up to ``lanes`` groups, and each group is read and packed
-    once a pass, its sequences then served from memory. ``sampler="iid"`` or
+    a batch holds sequences of up to ``lanes`` groups, and each group is packed once a
+    pass. ``sampler="iid"`` or
     ``"sequential"`` draw sequences from the whole stream as for any stream, at the cost
     of a group read for nearly every sequence.
 
@@ -222,9 +215,9 @@ class PackedTokens:
         self._full, rest = divmod(tokens.num_tokens, span)
         self._tail = -(-rest // self.seq_len)  # sequences of the last, shorter group
         self._length = self._full * self.group + self._tail
-        self._kept = 2 * self.lanes  # a block of lanes being read, and the next one starting
+        self._kept = 4 * self.lanes  # the blocks of lanes being read, and the next ones
         self._lock = threading.Lock()
-        self._packed: OrderedDict[int, _Group] = OrderedDict()
+        self._packed: OrderedDict[int, npt.NDArray[np.int64]] = OrderedDict()
         self._busy: dict[int, threading.Event] = {}
 
     def __len__(self) -> int:
@@ -259,86 +252,88 @@ class PackedTokens:
 
     def packing(self, group: int) -> Packing:
         """How group ``group`` is packed."""
-        return self._groups([group])[group].packing
+        return Packing.of(self._tables([group])[0])
 
-    def _groups(self, groups: list[int]) -> dict[int, _Group]:
-        """The packed sequences of ``groups``: kept, packed now (outside the lock), or
-        awaited from the thread packing them already (consecutive batches share groups)."""
-        done: dict[int, _Group] = {}
+    def _tables(self, groups: list[int]) -> list[npt.NDArray[np.int64]]:
+        """The packing tables of ``groups``: kept (the last ``4 * lanes`` packed, oldest
+        dropped first), packed now (those missing, together, outside the lock), or awaited
+        from the thread packing them already (consecutive batches share groups)."""
+        with self._lock:
+            try:  # all kept: a batch of a block of lanes after its first two
+                return [self._packed[g] for g in groups]
+            except KeyError:
+                pass
+        done: dict[int, npt.NDArray[np.int64]] = {}
         mine: list[int] = []
         theirs: list[tuple[int, threading.Event]] = []
         with self._lock:
             for g in groups:
-                packed = self._packed.get(g)
-                if packed is not None:
-                    self._packed.move_to_end(g)
-                    done[g] = packed
+                table = self._packed.get(g)
+                if table is not None:
+                    done[g] = table
                 elif g in self._busy:
                     theirs.append((g, self._busy[g]))
                 else:
                     self._busy[g] = threading.Event()
                     mine.append(g)
-        for g in mine:
-            packed = None
+        if mine:
+            made: list[npt.NDArray[np.int64]] = []
             try:
-                done[g] = packed = self._pack(g)
+                made = self._pack(mine)
+                done.update(zip(mine, made, strict=True))
             finally:
                 with self._lock:
-                    if packed is not None:
-                        self._packed[g] = packed
-                        while len(self._packed) > self._kept:
-                            self._packed.popitem(last=False)
-                    self._busy.pop(g).set()
+                    self._packed.update(zip(mine, made, strict=False))
+                    while len(self._packed) > self._kept:
+                        self._packed.popitem(last=False)
+                    for g in mine:
+                        self._busy.pop(g).set()
         for g, event in theirs:
             event.wait()
             with self._lock:
                 found = self._packed.get(g)
-            done[g] = found if found is not None else self._pack(g)  # theirs failed: retry
-        return done
+            done[g] = found if found is not None else self._pack([g])[0]  # theirs failed
+        return [done[g] for g in groups]
 
-    def _pack(self, g: int) -> _Group:
-        """Group ``g`` read once (its tokens and document starts from one gather), packed,
-        and laid out as its sequences."""
-        span, width, end = self.seq_len * self.group, self.seq_len, self.tokens.num_tokens
-        start = g * span
-        stop = min(start + span, end)
-        reach = min(stop + 1, end)  # a document starting at ``stop`` ends the last piece
-        tokens, begins, _ = self.tokens.read_spans_documents([start], [reach - start])
-        begins = begins[begins <= stop]
-        if stop == end:
-            begins = np.append(begins, end)
-        bins = self.group if g < self._full else self._tail
-        packing = pack_group(start, stop, begins, width, bins)
-        out = np.empty((bins, width), tokens.dtype)
-        segment_ids = np.empty((bins, width), np.int32)
-        positions = np.empty((bins, width), np.int32)
-        pack_rows(tokens, start, packing.starts, packing.lengths, packing.edges, out,
-                  segment_ids, positions)  # fmt: skip
-        return _Group(packing, out, segment_ids, positions)
+    def _spans(self, groups: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], ...]:
+        """Each group's first token, end, and reach (one token past its end, within the
+        stream: a document starting at the end makes the last piece a whole document)."""
+        end = self.tokens.num_tokens
+        start = groups * (self.seq_len * self.group)
+        stop = np.minimum(start + self.seq_len * self.group, end)
+        return start, stop, np.minimum(stop + 1, end)
+
+    def _pack(self, groups: list[int]) -> list[npt.NDArray[np.int64]]:
+        """The packing tables of ``groups``, from their document starts, in one read and one
+        call of the compiled core."""
+        g = np.array(groups, np.int64)
+        start, stop, reach = self._spans(g)
+        read = read_token_spans([self.tokens], None, start, reach - start, documents=True,
+                                copy=False)  # fmt: skip
+        begins, counts = read.starts, read.counts
+        last = np.flatnonzero(stop == self.tokens.num_tokens)
+        if last.size:  # the stream's end closes its last document
+            at = int(counts[: last[0] + 1].sum())
+            begins = np.insert(begins, at, self.tokens.num_tokens)
+            counts = counts.copy()
+            counts[last[0]] += 1
+        bins = np.where(g < self._full, self.group, self._tail).astype(np.int64)
+        return pack_groups(start, stop, bins, begins, counts, self.seq_len)
 
     def __getitems__(self, indices: npt.NDArray[Any]) -> Batch:
         rows = np.asarray(indices, np.int64).reshape(-1)
         if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self._length):
             raise IndexError(f"a sequence outside [0, {self._length})")
-        if rows.size == 0:
-            empty = np.empty((0, self.seq_len), np.int32)
-            return {"tokens": empty.astype(self.tokens.dtype), "segment_ids": empty,
-                    "positions": empty}  # fmt: skip
         groups, bins = np.divmod(rows, self.group)
-        distinct, which = np.unique(groups, return_inverse=True)
-        found = self._groups(distinct.tolist())
-        packed = [found[g] for g in distinct.tolist()]
-        which = which.astype(np.int32)
-        n, width = rows.size, self.seq_len
-        batch = {
-            "tokens": np.empty((n, width), self.tokens.dtype),
-            "segment_ids": np.empty((n, width), np.int32),
-            "positions": np.empty((n, width), np.int32),
-        }
-        copy_rows([p.tokens for p in packed], which, bins, batch["tokens"])
-        copy_rows([p.segment_ids for p in packed], which, bins, batch["segment_ids"])
-        copy_rows([p.positions for p in packed], which, bins, batch["positions"])
-        return batch
+        distinct = np.unique(groups)
+        which = np.searchsorted(distinct, groups).astype(np.int32)
+        tables = self._tables(distinct.tolist())
+
+        def spans() -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+            start, _, reach = self._spans(distinct)
+            return start, reach - start
+
+        return read_packed_rows(self.tokens, tables, which, bins, self.seq_len, spans)
 
     def __repr__(self) -> str:
         return (
