@@ -26,6 +26,16 @@ def read_tokens(
     doc_counts: _Buffer | None,
     threads: int,
 ) -> tuple[int, int, int, int, bytearray | None, int]: ...
+def read_windows(
+    sources: Sequence[tuple[tuple[int, int, int, int], tuple[Any, ...]]],
+    offsets: _Buffer | None,
+    positions: _Buffer,
+    seq_len: int,
+    out: _Buffer,
+    source_out: _Buffer | None,
+    doc_counts: _Buffer | None,
+    threads: int,
+) -> tuple[int, int, int, int, bytearray | None, int]: ...
 def pack_groups(
     starts: _Buffer,
     stops: _Buffer,

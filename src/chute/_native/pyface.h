@@ -44,5 +44,6 @@ void chute_release_store(store_views *views);
 PyObject *chute_py_read_tokens(PyObject *self, PyObject *args);
 PyObject *chute_py_pack_groups(PyObject *self, PyObject *args);
 PyObject *chute_py_read_packed(PyObject *self, PyObject *args);
+PyObject *chute_py_read_windows(PyObject *self, PyObject *args);
 
 #endif

@@ -77,20 +77,17 @@ static int get_source(PyObject *item, tok_source *s, store_views *sv, Py_buffer 
     return 0;
 }
 
-/* read_tokens(sources, which, lo, len, out, doc_counts, threads)
- *   -> (code, span, record, detail, docs, unchecked). code 0 is success; docs is the
- *      document starts (int64 bytes, span by span) when doc_counts is given, else None. */
-PyObject *chute_py_read_tokens(PyObject *self, PyObject *args) {
-    PyObject *sources_obj, *which_obj, *lo_obj, *len_obj, *out_obj, *counts_obj;
-    Py_ssize_t threads;
-    if (!PyArg_ParseTuple(args, "OOOOOOn", &sources_obj, &which_obj, &lo_obj, &len_obj, &out_obj,
-                          &counts_obj, &threads))
-        return NULL;
+/* The spans lo[k], len[k] of sources[which[k]] (which NULL: all of source 0) read into out
+ * (None: document starts only), counting document starts into doc_counts (None: none
+ * wanted): read_tokens' tuple. */
+static PyObject *read_spans(PyObject *sources_obj, const int32_t *which, const int64_t *lo,
+                            const int64_t *len, size_t n, PyObject *out_obj, PyObject *counts_obj,
+                            Py_ssize_t threads) {
     PyObject *fast = PySequence_Fast(sources_obj, "read_tokens takes a sequence of sources");
     if (!fast) return NULL;
     Py_ssize_t ns = PySequence_Fast_GET_SIZE(fast);
     PyObject *result = NULL;
-    Py_buffer lo = {0}, len = {0}, which = {0}, out = {0}, counts = {0};
+    Py_buffer out = {0}, counts = {0};
     size_t count = ns > 0 ? (size_t)ns : 1;
     tok_source *sources = calloc(count, sizeof *sources);
     store_views *sv = calloc(count, sizeof *sv);
@@ -106,19 +103,15 @@ PyObject *chute_py_read_tokens(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < ns; i++)
         if (get_source(PySequence_Fast_GET_ITEM(fast, i), &sources[i], &sv[i], &views[3 * i]) < 0)
             goto done;
-    if (get_items(lo_obj, &lo, 8, 0, 0, "lo") < 0) goto done;
-    size_t n = (size_t)lo.len / 8;
-    if (get_items(len_obj, &len, 8, n, 0, "len") < 0) goto done;
-    if (which_obj != Py_None && get_items(which_obj, &which, 4, n, 0, "which") < 0) goto done;
     if (out_obj != Py_None && chute_get_dst(out_obj, &out) < 0) goto done;
     if (counts_obj != Py_None && get_items(counts_obj, &counts, 8, n, 1, "doc_counts") < 0)
         goto done;
     tok_args a = {
         .sources = sources,
         .nsources = (size_t)ns,
-        .which = which.buf,
-        .lo = lo.buf,
-        .len = len.buf,
+        .which = which,
+        .lo = lo,
+        .len = len,
         .n = n,
         .out = out.buf,
         .out_len = (uint64_t)out.len,
@@ -145,13 +138,35 @@ done:
         for (int j = 0; j < 3; j++)
             if (views[3 * i + j].obj) PyBuffer_Release(&views[3 * i + j]);
     }
-    Py_buffer *held[] = {&lo, &len, &which, &out, &counts};
-    for (size_t j = 0; j < sizeof held / sizeof *held; j++)
-        if (held[j]->obj) PyBuffer_Release(held[j]);
+    if (out.obj) PyBuffer_Release(&out);
+    if (counts.obj) PyBuffer_Release(&counts);
     free(sources);
     free(sv);
     free(views);
     Py_DECREF(fast);
+    return result;
+}
+
+/* read_tokens(sources, which, lo, len, out, doc_counts, threads)
+ *   -> (code, span, record, detail, docs, unchecked). code 0 is success; docs is the
+ *      document starts (int64 bytes, span by span) when doc_counts is given, else None. */
+PyObject *chute_py_read_tokens(PyObject *self, PyObject *args) {
+    PyObject *sources_obj, *which_obj, *lo_obj, *len_obj, *out_obj, *counts_obj;
+    Py_ssize_t threads;
+    if (!PyArg_ParseTuple(args, "OOOOOOn", &sources_obj, &which_obj, &lo_obj, &len_obj, &out_obj,
+                          &counts_obj, &threads))
+        return NULL;
+    Py_buffer lo = {0}, len = {0}, which = {0};
+    PyObject *result = NULL;
+    if (get_items(lo_obj, &lo, 8, 0, 0, "lo") < 0) goto done;
+    size_t n = (size_t)lo.len / 8;
+    if (get_items(len_obj, &len, 8, n, 0, "len") < 0) goto done;
+    if (which_obj != Py_None && get_items(which_obj, &which, 4, n, 0, "which") < 0) goto done;
+    result = read_spans(sources_obj, which.buf, lo.buf, len.buf, n, out_obj, counts_obj, threads);
+done:
+    Py_buffer *held[] = {&lo, &len, &which};
+    for (size_t j = 0; j < sizeof held / sizeof *held; j++)
+        if (held[j]->obj) PyBuffer_Release(held[j]);
     return result;
 }
 
@@ -340,5 +355,83 @@ done:
     for (size_t j = 0; j < sizeof held / sizeof *held; j++)
         if (held[j]->obj) PyBuffer_Release(held[j]);
     Py_DECREF(fast);
+    return result;
+}
+
+/* read_windows(sources, offsets, positions, seq_len, out, source_out, doc_counts, threads)
+ *   -> read_tokens' tuple. Position p is window p - offsets[s] of source s (offsets: int64,
+ *      one more than the sources, rising from 0; None: all positions are windows of the one
+ *      source), window w being tokens w * seq_len .. w * seq_len + seq_len inclusive;
+ *      source_out (int16, or None) receives each position's source. A position outside every
+ *      source's windows is TE_SPAN at its index. */
+PyObject *chute_py_read_windows(PyObject *self, PyObject *args) {
+    PyObject *sources_obj, *offsets_obj, *pos_obj, *out_obj, *src_obj, *counts_obj;
+    unsigned long long seq_len;
+    Py_ssize_t threads;
+    if (!PyArg_ParseTuple(args, "OOOKOOOn", &sources_obj, &offsets_obj, &pos_obj, &seq_len,
+                          &out_obj, &src_obj, &counts_obj, &threads))
+        return NULL;
+    Py_buffer offsets = {0}, positions = {0}, src = {0};
+    int64_t *spans = NULL;
+    int32_t *which = NULL;
+    PyObject *result = NULL;
+    if (get_items(pos_obj, &positions, 8, 0, 0, "positions") < 0) goto done;
+    size_t n = (size_t)positions.len / 8;
+    Py_ssize_t ns = PySequence_Size(sources_obj);
+    if (ns < 0) goto done;
+    if (offsets_obj != Py_None &&
+        get_items(offsets_obj, &offsets, 8, (size_t)ns + 1, 0, "offsets") < 0)
+        goto done;
+    if (src_obj != Py_None && get_items(src_obj, &src, 2, n, 1, "source_out") < 0) goto done;
+    if (seq_len == 0 || seq_len > ((uint64_t)1 << 40) || ns < 1 || ns > INT16_MAX) {
+        PyErr_SetString(PyExc_ValueError, "read_windows: seq_len or the sources out of range");
+        goto done;
+    }
+    spans = malloc((n ? n : 1) * 2 * sizeof *spans);
+    which = malloc((n ? n : 1) * sizeof *which);
+    if (!spans || !which) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const uint64_t *pos = positions.buf;
+    const int64_t *off = offsets.buf;
+    int64_t bad = -1;
+    for (size_t k = 0; k < n && bad < 0; k++) {
+        int32_t s = 0;
+        if (off) { /* the last source whose first position is at most p */
+            int32_t lo = 0, hi = (int32_t)ns;
+            while (hi - lo > 1) {
+                int32_t mid = lo + (hi - lo) / 2;
+                if ((uint64_t)off[mid] <= pos[k])
+                    lo = mid;
+                else
+                    hi = mid;
+            }
+            s = lo;
+        }
+        uint64_t first = off ? (uint64_t)off[s] : 0, end = off ? (uint64_t)off[s + 1] : UINT64_MAX;
+        if (pos[k] < first || pos[k] >= end || pos[k] - first > ((uint64_t)1 << 62) / seq_len) {
+            bad = (int64_t)k;
+            break;
+        }
+        which[k] = s;
+        spans[k] = (int64_t)((pos[k] - first) * seq_len);
+        spans[n + k] = (int64_t)seq_len + 1;
+        if (src.buf) ((int16_t *)src.buf)[k] = (int16_t)s;
+    }
+    if (bad >= 0) { /* the caller names the position */
+        result = Py_BuildValue("inLLOK", TE_SPAN, (Py_ssize_t)bad, -1LL, 0LL, Py_None, 0ULL);
+        goto done;
+    }
+    /* the token reader checks every span against its stream's tokens: a window past the
+     * last whole one is a span past the end */
+    result = read_spans(sources_obj, off ? which : NULL, spans, spans + n, n, out_obj, counts_obj,
+                        threads);
+done:
+    free(spans);
+    free(which);
+    Py_buffer *held[] = {&offsets, &positions, &src};
+    for (size_t j = 0; j < sizeof held / sizeof *held; j++)
+        if (held[j]->obj) PyBuffer_Release(held[j]);
     return result;
 }

@@ -474,6 +474,8 @@ static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Decode records into a caller buffer across cores."},
     {"read_tokens", chute_py_read_tokens, METH_VARARGS,
      "Spans of token streams, their records' headers checked, in one call across cores."},
+    {"read_windows", chute_py_read_windows, METH_VARARGS,
+     "Windows of token streams (or of a mixture of them) read in one call."},
     {"pack_groups", chute_py_pack_groups, METH_VARARGS, "Pack groups of a token stream."},
     {"read_packed", chute_py_read_packed, METH_VARARGS,
      "Rows of packed groups laid out, their tokens read in place."},

@@ -51,6 +51,7 @@ __all__ = [
     "TokenRead",
     "join",
     "max_record_tokens",
+    "native_read",
     "ranges",
     "read_packed_rows",
     "read_token_spans",
@@ -430,7 +431,7 @@ def read_token_spans(
         mine = slice(None) if which is None else which == s
         return lo[mine], count[mine]
 
-    result = _native_read(
+    result = native_read(
         datasets, read, touched, lambda span: 0 if which is None else int(which[span])
     )
     docs = result[4]
@@ -463,24 +464,26 @@ def read_packed_rows(
         return read_packed(sources[0], tables, which, rows, batch["tokens"],
                            batch["segment_ids"], batch["positions"], threads)  # fmt: skip
 
-    _native_read([dataset], read, lambda _: spans(), lambda _: 0)
+    native_read([dataset], read, lambda _: spans(), lambda _: 0)
     return batch
 
 
 _Result = tuple[int, int, int, int, "bytearray | None", int]
 
 
-def _native_read(
+def native_read(
     datasets: list[TokenDataset],
     read: Callable[[list[Any], int], _Result],
     touched: Callable[[int], tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
     owner: Callable[[int], int],
+    outside: Callable[[int], NoReturn] | None = None,
 ) -> _Result:
     """``read(sources, threads)`` with each dataset's records where they lie in a local store;
     gathered by their store first elsewhere (shards, object storage) or when that failed
     (the store's retry and its exception then): the records spans ``touched(s)`` (starts,
     lengths) of dataset s touch. A failure the token reader reports at span k is raised by
-    dataset ``owner(k)``."""
+    dataset ``owner(k)``; a span outside its stream by ``outside(k)`` where given (the
+    caller's mistake, not the store's: no second try)."""
     views = [ds._in_place() for ds in datasets]
     if None not in views:
         places = [(ds._params, v.where) for ds, v in zip(datasets, views, strict=True) if v]
@@ -490,6 +493,8 @@ def _native_read(
                 v.check()
         if not result[0]:
             return result
+        if result[0] == codes.TE_SPAN and outside is not None:
+            outside(result[1])
     gathered = [(ds._params, ds._gather_for(*touched(s))) for s, ds in enumerate(datasets)]
     result = read(gathered, 1)
     code, span, record = result[:3]

@@ -197,15 +197,10 @@ class Mixture:
         return MixSampler(self, batch_size, seed=seed, mode=mode)
 
     def __getitems__(self, indices: npt.NDArray[Any]) -> Any:
+        if self._windows is not None:
+            return TokenWindows.read_mixed(self._windows, self.offsets, indices)
         positions = np.asarray(indices, np.int64).reshape(-1)
         source = np.searchsorted(self.offsets, positions, side="right") - 1
-        if self._windows is not None:
-            if positions.size and (int(positions.min()) < 0 or int(positions.max()) >= len(self)):
-                raise IndexError(f"a position outside [0, {len(self)})")
-            which = source.astype(np.int32)
-            batch = TokenWindows.read_mixed(self._windows, which, positions - self.offsets[source])
-            batch[_SOURCE] = source.astype(np.int16)
-            return batch
         parts: list[tuple[npt.NDArray[np.intp], Any]] = []
         for s in np.unique(source).tolist():
             where = np.flatnonzero(source == s)

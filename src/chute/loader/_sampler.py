@@ -336,10 +336,15 @@ class DrawBlocks:
         self._draw, self._size, self._kept = draw, size, kept
         self._lock = threading.Lock()
         self._blocks: OrderedDict[int, npt.NDArray[np.uint64]] = OrderedDict()
+        self._last: tuple[int, npt.NDArray[np.uint64] | None] = (-1, None)  # read unlocked
 
     def fill(self, first: int, out: npt.NDArray[np.uint64]) -> None:
         """Draws ``first .. first + len(out) - 1`` into ``out``."""
         block, at = divmod(first, self._size)
+        last, drawn = self._last
+        if last == block and drawn is not None and at + out.size <= self._size:
+            out[:] = drawn[at : at + out.size]
+            return
         while out.size:  # a step's draws may straddle two blocks
             take = min(out.size, self._size - at)
             out[:take] = self._block(block)[at : at + take]
@@ -354,6 +359,7 @@ class DrawBlocks:
                 self._blocks[block] = found
                 while len(self._blocks) > self._kept:
                     self._blocks.popitem(last=False)
+        self._last = (block, found)
         return found
 
 

@@ -15,14 +15,21 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
 
+from chute._native import read_windows
 from chute._util.checks import check_int
 from chute.datasets import TokenDataset
-from chute.datasets._tokens import TokenRead, ranges, read_packed_rows, read_token_spans
+from chute.datasets._tokens import (
+    TokenRead,
+    native_read,
+    ranges,
+    read_packed_rows,
+    read_token_spans,
+)
 from chute.loader._packing import Packing, pack_groups
 from chute.loader._sampler import OrderSampler, lane_order
 from chute.loader._streams import Batch
@@ -124,10 +131,7 @@ class TokenWindows:
         return self._length
 
     def __getitems__(self, indices: npt.NDArray[Any]) -> Batch:
-        windows = np.asarray(indices, np.int64).reshape(-1)
-        if windows.size and (int(windows.min()) < 0 or int(windows.max()) >= self._length):
-            raise IndexError(f"a window outside [0, {self._length})")
-        return self.read_mixed([self], None, windows)
+        return self.read_mixed([self], None, indices)
 
     def alike(self, other: object) -> bool:
         """Whether ``other`` is windows of the same shape and dtype, read together with
@@ -140,23 +144,53 @@ class TokenWindows:
 
     @staticmethod
     def read_mixed(
-        streams: list[TokenWindows],
-        which: npt.NDArray[np.int32] | None,
-        windows: npt.NDArray[np.int64],
+        streams: list[TokenWindows], offsets: npt.NDArray[np.int64] | None, indices: Any
     ) -> Batch:
-        """Window ``windows[k]`` of ``streams[which[k]]`` (all of the first when None), each
-        in its stream's range, for each k: one read across their datasets."""
-        seq_len, documents = streams[0].seq_len, streams[0].documents
-        width = seq_len + 1
-        n = windows.size
-        starts = windows * seq_len
-        lengths = np.full(n, width, np.int64)
+        """Position ``p`` is window ``p - offsets[s]`` of ``streams[s]``, s the last stream
+        with ``offsets[s] <= p`` (``offsets``: each stream's first position, and the end;
+        None: one stream, windows by number): every window read in one call of the compiled
+        core across the streams' datasets, which also finds their streams and checks their
+        range. With ``offsets``, the batch's ``"source"`` is each window's stream."""
+        first = streams[0]
+        seq_len, width = first.seq_len, first.seq_len + 1
+        positions = np.asarray(indices).reshape(-1)
+        if positions.dtype != np.uint64:  # a negative one becomes one past every range
+            positions = positions.astype(np.int64).view(np.uint64)
+        n = positions.size
+        tokens = np.empty((n, width), first.tokens.dtype)
+        source = None if offsets is None else np.empty(n, np.int16)
+        counts = np.empty(n, np.int64) if first.documents else None
+
+        def read(sources: list[Any], threads: int) -> tuple[Any, ...]:
+            return read_windows(sources, offsets, positions, seq_len, tokens, source, counts,
+                                threads)  # fmt: skip
+
+        def place() -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
+            """Each window's stream and first token, in numpy (off the fast path)."""
+            at = np.zeros(n, np.intp)
+            local = positions.astype(np.int64)
+            if offsets is not None:
+                at = np.searchsorted(offsets, local, side="right") - 1
+                local = local - offsets[at]
+            return at, local * seq_len
+
+        def touched(s: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+            at, starts = place()
+            mine = starts[at == s]
+            return mine, np.full(mine.size, width, np.int64)
+
+        def outside(k: int) -> NoReturn:
+            raise IndexError(f"window {int(positions[k])} is outside the stream's windows")
+
         datasets = [w.tokens for w in streams]
-        read = read_token_spans(datasets, which, starts, lengths, documents=documents)
-        tokens = read.tokens.reshape(n, width)
-        if not documents:
-            return {"tokens": tokens}
-        return {"tokens": tokens, **_window_segments(starts, width, read)}
+        result = native_read(datasets, read, touched, lambda k: int(place()[0][k]), outside)
+        batch: Batch = {"tokens": tokens}
+        if counts is not None:
+            read_ = TokenRead(tokens.reshape(-1), np.frombuffer(result[4] or b"", np.int64), counts)
+            batch.update(_window_segments(place()[1], width, read_))
+        if source is not None:
+            batch["source"] = source
+        return batch
 
     def __repr__(self) -> str:
         return (
