@@ -5,6 +5,7 @@ hostile arguments refused with an exception, never a signal."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -71,15 +72,15 @@ def test_windows_mixtures_and_packing_agree_across_the_ways(copies, documents: b
     for name, ds in copies.items():
         windows = TokenWindows(ds, 50, documents=documents)
         pick = rng.integers(0, len(windows), 40).astype(np.uint64)
-        _same_batches(windows.__getitems__(pick),
-                      TokenWindows(reference, 50, documents=documents).__getitems__(pick))  # fmt: skip
-        both = mix({"a": windows, "b": TokenWindows(reference, 50, documents=documents)}, [1, 2])
+        plain = TokenWindows(reference, 50, documents=documents)
+        _same_batches(windows.__getitems__(pick), plain.__getitems__(pick))
+        both = mix({"a": windows, "b": plain}, [1, 2])
         pick = rng.integers(0, len(both), 40).astype(np.uint64)
         batch = both.__getitems__(pick)
         assert np.array_equal(batch["source"], (pick >= len(windows)).astype(np.int16)), name
         local = np.where(pick >= len(windows), pick - len(windows), pick)
-        _same_batches({k: v for k, v in batch.items() if k != "source"},
-                      TokenWindows(reference, 50, documents=documents).__getitems__(local))  # fmt: skip
+        rest = {k: v for k, v in batch.items() if k != "source"}
+        _same_batches(rest, plain.__getitems__(local))
         packed = PackedTokens(ds, 64, group=5, lanes=3)
         pick = rng.integers(0, len(packed), 40).astype(np.uint64)
         _same_batches(packed.__getitems__(pick),
@@ -96,8 +97,8 @@ def test_packed_rows_are_their_packing(copies) -> None:
     for row in range(len(packed)):
         p = packed.packing(row // 6)
         b = row % 6
-        pieces = list(zip(p.starts[p.edges[b] : p.edges[b + 1]].tolist(),
-                          p.lengths[p.edges[b] : p.edges[b + 1]].tolist(), strict=True))  # fmt: skip
+        at = slice(p.edges[b], p.edges[b + 1])
+        pieces = list(zip(p.starts[at].tolist(), p.lengths[at].tolist(), strict=True))
         tokens = np.concatenate([stream[s : s + n] for s, n in pieces] + [np.zeros(0, np.uint16)])
         fill = tokens.size
         assert np.array_equal(batch["tokens"][row, :fill], tokens)
@@ -127,7 +128,7 @@ def _reference(start: int, stop: int, begins: list[int], seq_len: int, bins: int
     documents first-fit-decreasing, then the rest split across the gaps in order."""
     marks = sorted({start, stop} | {b for b in begins if start < b < stop})
     rows, intact, rest = [], [], []
-    for a, b in zip(marks, marks[1:], strict=False):
+    for a, b in itertools.pairwise(marks):
         whole, tail = divmod(b - a, seq_len)
         rows += [[(a + k * seq_len, seq_len)] for k in range(whole)]
         if tail:
