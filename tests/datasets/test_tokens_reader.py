@@ -239,25 +239,34 @@ calls = [
     lambda: pack_groups(i8(0), i8(10), i8(1), i8(), i8(5), 4),                      # counts
     lambda: pack_groups(i8(10), i8(0), i8(1), i8(), i8(0), 4),                      # backwards
     lambda: pack_groups(i8(0), i8(10), i8(1), i8(3, 2), i8(2), 40),                 # not rising
-    lambda: read_packed(src, [i8(1, 0, 2, 0, 4)], np.array([0], np.int32), i8(0), out,
+    lambda: read_packed(src, {0: i8(1, 0, 2, 0, 4)}, i8(0), i8(0), out,
                         np.empty(64, np.int32), np.empty(64, np.int32), 1),         # edges
-    lambda: read_packed(src, [i8(1, 0, 1, 0, 99)], np.array([0], np.int32), i8(0), out,
+    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 99)}, i8(0), i8(0), out,
                         np.empty(64, np.int32), np.empty(64, np.int32), 1),         # overflow
-    lambda: read_packed(src, [i8(1, 0, 1, 10**9, 4)], np.array([0], np.int32), i8(0), out,
+    lambda: read_packed(src, {0: i8(1, 0, 1, 10**9, 4)}, i8(0), i8(0), out,
                         np.empty(64, np.int32), np.empty(64, np.int32), 1),         # outside
-    lambda: read_packed(src, [i8(1, 0, 1, 0, 4)], np.array([1], np.int32), i8(0), out,
+    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 4)}, i8(1), i8(0), out,
                         np.empty(64, np.int32), np.empty(64, np.int32), 1),         # which
-    lambda: read_packed(src, [i8(1, 0, 1, 0, 4)], np.array([0], np.int32), i8(3), out,
+    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 4)}, i8(0), i8(3), out,
                         np.empty(64, np.int32), np.empty(64, np.int32), 1),         # row
-    lambda: read_packed(src, [i8(1, 0, 1, 0, 4)], np.array([0], np.int32), i8(0), out,
+    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 4)}, i8(0), i8(0), out,
                         np.empty(8, np.int32), np.empty(64, np.int32), 1),          # ids short
 ]
 for k, call in enumerate(calls):
     try:
         got = call()
-    except (ValueError, TypeError, IndexError, OverflowError, AttributeError):
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError, AttributeError):
         continue
     assert isinstance(got, tuple) and got[0] != 0, (k, got)  # refused by a code
+good = {0: i8(1, 0, 1, 0, 4)}
+ids, where = np.empty(64, np.int32), np.empty(64, np.int32)
+assert read_packed(src, good, i8(0), i8(0), out, ids, where, 1)[0] == 0  # the control
+for bad in ([good], {0: "table"}, {0: np.zeros(5, np.int32)}, {0: i8(1, 0, 1, 0, 4)[::2]}):
+    try:
+        read_packed(src, bad, i8(0), i8(0), out, ids, where, 1)
+    except (ValueError, TypeError):
+        continue
+    raise AssertionError(bad)
 print("refused", len(calls))
 """
 

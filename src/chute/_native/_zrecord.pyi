@@ -46,8 +46,8 @@ def pack_groups(
 ) -> list[bytearray]: ...
 def read_packed(
     source: tuple[tuple[int, int, int, int], tuple[Any, ...]],
-    tables: Sequence[_Buffer],
-    which: _Buffer,
+    tables: dict[int, _Buffer],
+    keys: _Buffer,
     rows: _Buffer,
     out_tokens: _Buffer,
     out_ids: _Buffer,

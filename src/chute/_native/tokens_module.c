@@ -228,46 +228,55 @@ done:
     return result;
 }
 
-/* read_packed(source, tables, which, rows, out_tokens, out_ids, out_positions, threads)
- *   -> read_tokens' tuple: row rows[k] of the packing tables[which[k]] laid out as row k of
- *      the outputs (segment ids and positions here, tokens by the token reader from source,
- *      padding 0), in one call without the GIL. */
+/* A packing table (chute_pack_group's layout) held in view, or -1 naming what is wrong. */
+static int get_table(PyObject *obj, Py_buffer *view, long long key) {
+    if (get_items(obj, view, 8, 2, 0, "a packing table") < 0) return -1;
+    const int64_t *e = (const int64_t *)view->buf + 1;
+    int64_t nb = e[-1];
+    uint64_t size = (uint64_t)view->len / 8;
+    int fine = nb >= 1 && (uint64_t)nb + 2 <= size && e[0] == 0;
+    for (int64_t b = 0; fine && b < nb; b++) fine = e[b + 1] >= e[b];
+    if (!fine || size != 2 + (uint64_t)nb + 2 * (uint64_t)e[nb]) {
+        PyErr_Format(PyExc_ValueError, "the table of %lld is not a packing table", key);
+        return -1;
+    }
+    return 0;
+}
+
+/* read_packed(source, tables, keys, rows, out_tokens, out_ids, out_positions, threads)
+ *   -> read_tokens' tuple: row rows[k] of the packing tables[keys[k]] (tables: a dict of
+ *      int64 tables; a key it lacks is a KeyError) laid out as row k of the outputs (segment
+ *      ids and positions here, tokens by the token reader from source, padding 0), the
+ *      tokens read without the GIL. */
 PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
-    PyObject *source_obj, *tables_obj, *which_obj, *rows_obj, *tok_obj, *ids_obj, *pos_obj;
+    PyObject *source_obj, *tables_obj, *keys_obj, *rows_obj, *tok_obj, *ids_obj, *pos_obj;
     Py_ssize_t threads;
-    if (!PyArg_ParseTuple(args, "OOOOOOOn", &source_obj, &tables_obj, &which_obj, &rows_obj,
-                          &tok_obj, &ids_obj, &pos_obj, &threads))
+    if (!PyArg_ParseTuple(args, "OO!OOOOOn", &source_obj, &PyDict_Type, &tables_obj, &keys_obj,
+                          &rows_obj, &tok_obj, &ids_obj, &pos_obj, &threads))
         return NULL;
-    PyObject *fast = PySequence_Fast(tables_obj, "read_packed takes a sequence of tables");
-    if (!fast) return NULL;
-    Py_ssize_t nt = PySequence_Fast_GET_SIZE(fast);
     PyObject *result = NULL;
     tok_source source = {0};
     store_views sv = {0};
-    Py_buffer sviews[3] = {{0}}, which = {0}, rows = {0}, out = {0}, ids = {0}, positions = {0};
-    Py_buffer *tables = calloc(nt > 0 ? (size_t)nt : 1, sizeof *tables);
+    Py_buffer sviews[3] = {{0}}, keys = {0}, rows = {0}, out = {0}, ids = {0}, positions = {0};
+    Py_buffer *tables = NULL;
     int64_t *lo = NULL, *len = NULL, *dest = NULL;
-    if (!tables) {
+    size_t n = 0;
+    if (get_source(source_obj, &source, &sv, sviews) < 0) goto done;
+    if (get_items(rows_obj, &rows, 8, 0, 0, "rows") < 0) goto done;
+    n = (size_t)rows.len / 8;
+    if (get_items(keys_obj, &keys, 8, n, 0, "keys") < 0) goto done;
+    if (!(tables = calloc(n ? n : 1, sizeof *tables))) {
         PyErr_NoMemory();
         goto done;
     }
-    if (get_source(source_obj, &source, &sv, sviews) < 0) goto done;
-    for (Py_ssize_t t = 0; t < nt; t++) {
-        if (get_items(PySequence_Fast_GET_ITEM(fast, t), &tables[t], 8, 2, 0, "a table") < 0)
-            goto done;
-        const int64_t *e = (const int64_t *)tables[t].buf + 1;
-        int64_t nb = e[-1];
-        uint64_t size = (uint64_t)tables[t].len / 8;
-        int fine = nb >= 1 && (uint64_t)nb + 2 <= size && e[0] == 0;
-        for (int64_t b = 0; fine && b < nb; b++) fine = e[b + 1] >= e[b];
-        if (!fine || size != 2 + (uint64_t)nb + 2 * (uint64_t)e[nb]) {
-            PyErr_Format(PyExc_ValueError, "table %zd is not a packing table", t);
-            goto done;
-        }
+    const int64_t *key = keys.buf;
+    for (size_t k = 0; k < n; k++) { /* the GIL is held: the dict cannot change meanwhile */
+        PyObject *number = PyLong_FromLongLong(key[k]);
+        PyObject *table = number ? PyDict_GetItemWithError(tables_obj, number) : NULL;
+        if (number && !table && !PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, number);
+        Py_XDECREF(number);
+        if (!table || get_table(table, &tables[k], (long long)key[k]) < 0) goto done;
     }
-    if (get_items(rows_obj, &rows, 8, 0, 0, "rows") < 0) goto done;
-    size_t n = (size_t)rows.len / 8;
-    if (get_items(which_obj, &which, 4, n, 0, "which") < 0) goto done;
     if (get_items(tok_obj, &out, source.itemsize, 0, 1, "out_tokens") < 0) goto done;
     size_t width = n ? (size_t)out.len / source.itemsize / n : 0;
     if (n && (size_t)out.len != n * width * source.itemsize) {
@@ -277,14 +286,13 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
     if (get_items(ids_obj, &ids, 4, n * width, 1, "out_ids") < 0 ||
         get_items(pos_obj, &positions, 4, n * width, 1, "out_positions") < 0)
         goto done;
-    const int32_t *w = which.buf;
     const int64_t *r = rows.buf;
     size_t spans = 0;
     for (size_t k = 0; k < n; k++) {
-        const int64_t *table = w[k] >= 0 && w[k] < nt ? tables[w[k]].buf : NULL;
-        if (!table || r[k] < 0 || r[k] >= table[0]) {
-            PyErr_Format(PyExc_IndexError, "row %lld of table %d is not there", (long long)r[k],
-                         (int)w[k]);
+        const int64_t *table = tables[k].buf;
+        if (r[k] < 0 || r[k] >= table[0]) {
+            PyErr_Format(PyExc_IndexError, "row %lld of the table of %lld is not there",
+                         (long long)r[k], (long long)key[k]);
             goto done;
         }
         spans += (size_t)(table[1 + r[k] + 1] - table[1 + r[k]]);
@@ -298,7 +306,7 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
     }
     size_t sp = 0;
     for (size_t k = 0; k < n; k++) { /* segment ids and positions, and where each piece goes */
-        const int64_t *table = tables[w[k]].buf, *edges = table + 1;
+        const int64_t *table = tables[k].buf, *edges = table + 1;
         int64_t nb = table[0], npieces = edges[nb];
         const int64_t *starts = edges + nb + 1, *lengths = starts + npieces;
         int32_t *row_ids = (int32_t *)ids.buf + k * width;
@@ -348,13 +356,12 @@ done:
     chute_release_store(&sv);
     for (int j = 0; j < 3; j++)
         if (sviews[j].obj) PyBuffer_Release(&sviews[j]);
-    for (Py_ssize_t t = 0; tables && t < nt; t++)
-        if (tables[t].obj) PyBuffer_Release(&tables[t]);
+    for (size_t k = 0; tables && k < n; k++)
+        if (tables[k].obj) PyBuffer_Release(&tables[k]);
     free(tables);
-    Py_buffer *held[] = {&which, &rows, &out, &ids, &positions};
+    Py_buffer *held[] = {&keys, &rows, &out, &ids, &positions};
     for (size_t j = 0; j < sizeof held / sizeof *held; j++)
         if (held[j]->obj) PyBuffer_Release(held[j]);
-    Py_DECREF(fast);
     return result;
 }
 

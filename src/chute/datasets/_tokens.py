@@ -47,6 +47,7 @@ __all__ = [
     "HEADER",
     "MAGIC",
     "TOKEN_DTYPES",
+    "Packing",
     "TokenDataset",
     "TokenRead",
     "join",
@@ -442,17 +443,15 @@ def read_token_spans(
 
 def read_packed_rows(
     dataset: TokenDataset,
-    tables: list[npt.NDArray[np.int64]],
-    which: npt.NDArray[np.int32],
+    tables: dict[int, npt.NDArray[np.int64]],
+    keys: npt.NDArray[np.int64],
     rows: npt.NDArray[np.int64],
     seq_len: int,
-    spans: Callable[[], tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]],
 ) -> dict[str, npt.NDArray[Any]]:
-    """Row ``rows[k]`` of the packing ``tables[which[k]]`` (made by
+    """Row ``rows[k]`` of the packing ``tables[keys[k]]`` (made by
     `chute._native.pack_groups`) for each k, as ``tokens``, ``segment_ids`` and
-    ``positions`` of ``(n, seq_len)``, in one call of the compiled core; ``spans`` (starts,
-    lengths) cover every piece of the tables (the records to gather where they cannot be
-    read in place)."""
+    ``positions`` of ``(n, seq_len)``, in one call of the compiled core (a key missing from
+    ``tables`` is a KeyError)."""
     n = rows.size
     batch = {
         "tokens": np.empty((n, seq_len), dataset.dtype),
@@ -461,11 +460,39 @@ def read_packed_rows(
     }
 
     def read(sources: list[Any], threads: int) -> _Result:
-        return read_packed(sources[0], tables, which, rows, batch["tokens"],
+        return read_packed(sources[0], tables, keys, rows, batch["tokens"],
                            batch["segment_ids"], batch["positions"], threads)  # fmt: skip
 
-    native_read([dataset], read, lambda _: spans(), lambda _: 0)
+    def pieces(_: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """The stream spans of the rows' pieces (to gather their records)."""
+        starts, lengths = [], []
+        for key, b in zip(keys.tolist(), rows.tolist(), strict=True):
+            p = Packing.of(tables[key])
+            starts.append(p.starts[p.edges[b] : p.edges[b + 1]])
+            lengths.append(p.lengths[p.edges[b] : p.edges[b + 1]])
+        empty = [np.empty(0, np.int64)]
+        return np.concatenate(starts + empty), np.concatenate(lengths + empty)
+
+    native_read([dataset], read, pieces, lambda _: 0)
     return batch
+
+
+class Packing(NamedTuple):
+    """The pieces of a packed group: sequence ``b`` is the stream spans
+    ``starts[edges[b]:edges[b + 1]]`` (each ``lengths[...]`` tokens long), in that order."""
+
+    starts: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    edges: npt.NDArray[np.int64]
+
+    @classmethod
+    def of(cls, table: npt.NDArray[np.int64]) -> Packing:
+        """The packing a table of `chute._native.pack_groups` describes:
+        ``[bins, edges (bins + 1), piece starts, piece lengths]``."""
+        bins = int(table[0])
+        edges = table[1 : bins + 2]
+        pieces = int(edges[-1])
+        return cls(table[bins + 2 : bins + 2 + pieces], table[bins + 2 + pieces :], edges)
 
 
 _Result = tuple[int, int, int, int, "bytearray | None", int]

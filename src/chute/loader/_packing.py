@@ -7,30 +7,11 @@ runs in the compiled core (`chute._native.pack_groups`), many groups a call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import numpy.typing as npt
 
 from chute._native import pack_groups as _pack
-
-
-@dataclass(frozen=True)
-class Packing:
-    """The pieces of a packed group: sequence ``b`` is the stream spans
-    ``starts[edges[b]:edges[b + 1]]`` (each ``lengths[...]`` tokens long), in that order."""
-
-    starts: npt.NDArray[np.int64]
-    lengths: npt.NDArray[np.int64]
-    edges: npt.NDArray[np.int64]
-
-    @classmethod
-    def of(cls, table: npt.NDArray[np.int64]) -> Packing:
-        """The packing a table of `pack_groups` describes."""
-        bins = int(table[0])
-        edges = table[1 : bins + 2]
-        pieces = int(edges[-1])
-        return cls(table[bins + 2 : bins + 2 + pieces], table[bins + 2 + pieces :], edges)
+from chute.datasets._tokens import Packing
 
 
 def pack_groups(

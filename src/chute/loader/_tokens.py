@@ -24,13 +24,14 @@ from chute._native import read_windows
 from chute._util.checks import check_int
 from chute.datasets import TokenDataset
 from chute.datasets._tokens import (
+    Packing,
     TokenRead,
     native_read,
     ranges,
     read_packed_rows,
     read_token_spans,
 )
-from chute.loader._packing import Packing, pack_groups
+from chute.loader._packing import pack_groups
 from chute.loader._sampler import OrderSampler, lane_order
 from chute.loader._streams import Batch
 
@@ -359,15 +360,13 @@ class PackedTokens:
         if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self._length):
             raise IndexError(f"a sequence outside [0, {self._length})")
         groups, bins = np.divmod(rows, self.group)
-        distinct = np.unique(groups)
-        which = np.searchsorted(distinct, groups).astype(np.int32)
-        tables = self._tables(distinct.tolist())
-
-        def spans() -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-            start, _, reach = self._spans(distinct)
-            return start, reach - start
-
-        return read_packed_rows(self.tokens, tables, which, bins, self.seq_len, spans)
+        try:  # every group packed already: the cache itself is the call's table of tables
+            return read_packed_rows(self.tokens, self._packed, groups, bins, self.seq_len)
+        except KeyError:
+            pass
+        distinct = np.unique(groups).tolist()
+        tables = dict(zip(distinct, self._tables(distinct), strict=True))
+        return read_packed_rows(self.tokens, tables, groups, bins, self.seq_len)
 
     def __repr__(self) -> str:
         return (
