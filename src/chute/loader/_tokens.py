@@ -290,17 +290,13 @@ class PackedTokens:
         return Packing.of(self._tables([group])[0])
 
     def _tables(self, groups: list[int]) -> list[npt.NDArray[np.int64]]:
-        """The packing tables of ``groups``: kept (the last ``4 * lanes`` packed, oldest
-        dropped first), packed now (those missing, together, outside the lock), or awaited
-        from the thread packing them already (consecutive batches share groups)."""
-        with self._lock:
-            try:  # all kept: a batch of a block of lanes after its first two
-                return [self._packed[g] for g in groups]
-            except KeyError:
-                pass
+        """The packing tables of ``groups`` (distinct): kept (the last ``4 * lanes`` packed,
+        oldest dropped first), packed now (those missing, together, outside the lock), or
+        awaited from the thread packing them already (consecutive batches share groups)."""
         done: dict[int, npt.NDArray[np.int64]] = {}
         mine: list[int] = []
         theirs: list[tuple[int, threading.Event]] = []
+        packing = threading.Event()  # set once this call's groups are packed (or failed)
         with self._lock:
             for g in groups:
                 table = self._packed.get(g)
@@ -309,7 +305,7 @@ class PackedTokens:
                 elif g in self._busy:
                     theirs.append((g, self._busy[g]))
                 else:
-                    self._busy[g] = threading.Event()
+                    self._busy[g] = packing
                     mine.append(g)
         if mine:
             made: list[npt.NDArray[np.int64]] = []
@@ -322,7 +318,8 @@ class PackedTokens:
                     while len(self._packed) > self._kept:
                         self._packed.popitem(last=False)
                     for g in mine:
-                        self._busy.pop(g).set()
+                        del self._busy[g]
+                packing.set()
         for g, event in theirs:
             event.wait()
             with self._lock:
