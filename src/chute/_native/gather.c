@@ -115,6 +115,11 @@ int chute_record_view(const zr_store *s, ZSTD_DCtx **dctx, int64_t ix, uint8_t *
     return s->sums ? check_sum(s, ix, loc, *data, detail, unchecked) : GE_OK;
 }
 
+/* The store index i of a batch reads. */
+static inline const zr_store *store_of(const gather_args *a, size_t i) {
+    return a->stores ? &a->stores[a->which[i]] : &a->s;
+}
+
 typedef struct {
     gather_args *a;
     gather_error *errs; /* one per shard */
@@ -129,12 +134,13 @@ static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
     for (size_t i = begin; i < end; i++) {
         long long detail = 0;
         int64_t ix = a->idx[i];
+        const zr_store *st = store_of(a, i);
         int code = GE_OK;
-        if (ix < 0 || (uint64_t)ix >= a->s.length) {
+        if (ix < 0 || (uint64_t)ix >= st->length) {
             code = GE_INDEX;
             detail = ix;
         } else {
-            const zr_loc *loc = &a->s.table[ix];
+            const zr_loc *loc = &st->table[ix];
             uint64_t off = a->dst_off ? a->dst_off[i] : (uint64_t)i * a->stride;
             uint64_t want = a->dst_off ? loc->logic_length : a->stride;
             if (loc->logic_length > MAX_RECORD || loc->phys_length > MAX_RECORD) {
@@ -149,9 +155,9 @@ static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
                 detail = (long long)off;
             } else {
                 uint8_t *out = a->dst + off;
-                code = decode_one(&a->s, &dctx, loc, out, &detail);
-                if (code == GE_OK && a->s.sums)
-                    code = check_sum(&a->s, ix, loc, out, &detail, &job->unchecked[shard]);
+                code = decode_one(st, &dctx, loc, out, &detail);
+                if (code == GE_OK && st->sums)
+                    code = check_sum(st, ix, loc, out, &detail, &job->unchecked[shard]);
             }
         }
         if (code != GE_OK) {
@@ -171,8 +177,9 @@ void chute_gather(gather_args *a) {
     uint64_t work = 0;
     for (size_t i = 0; i < a->n; i++) {
         int64_t ix = a->idx[i];
-        if (ix < 0 || (uint64_t)ix >= a->s.length) continue;
-        const zr_loc *loc = &a->s.table[ix];
+        const zr_store *st = store_of(a, i);
+        if (ix < 0 || (uint64_t)ix >= st->length) continue;
+        const zr_loc *loc = &st->table[ix];
         work += loc->codec == CODEC_RAW ? loc->logic_length
                                         : FRAME_COST + DECODE_FACTOR * (uint64_t)loc->logic_length;
     }

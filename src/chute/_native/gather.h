@@ -49,6 +49,8 @@ typedef struct {
 
 typedef struct {
     zr_store s;
+    const zr_store *stores; /* NULL: every index reads s; else index i reads stores[which[i]] */
+    const int32_t *which;   /* each in 0..nstores, checked by the caller */
     const int64_t *idx;
     size_t n;
     uint8_t *dst;

@@ -235,51 +235,117 @@ fail:
     return NULL;
 }
 
-/* gather(table, limits, chunks, idx, dst, stride, offsets, ddict, sums, strict, threads)
- *   -> (code, pos, detail, unchecked). code 0 is success; the caller raises otherwise. */
-static PyObject *gather(PyObject *self, PyObject *args) {
-    Py_buffer idx, dst = {0}, offsets = {0};
-    PyObject *table, *limits, *chunks, *dst_obj, *offsets_obj, *ddict, *sums;
-    unsigned long long stride;
-    Py_ssize_t threads;
-    int strict;
-    if (!PyArg_ParseTuple(args, "OOOy*OKOOOpn", &table, &limits, &chunks, &idx, &dst_obj,
-                          &stride, &offsets_obj, &ddict, &sums, &strict, &threads))
-        return NULL;
+/* The records idx[i] (of stores[which[i]], or of the one store) decoded into dst: the one
+ * body of gather and gather_many. */
+static PyObject *run_gather(gather_args *a, PyObject *idx_obj, PyObject *dst_obj,
+                            unsigned long long stride, PyObject *offsets_obj, Py_ssize_t threads,
+                            Py_ssize_t nstores, Py_buffer *which) {
+    Py_buffer idx = {0}, dst = {0}, offsets = {0};
     PyObject *result = NULL;
-    store_views views;
-    gather_args a = {0};
-    if (chute_open_store(table, limits, chunks, ddict, sums, strict, &views, &a.s) < 0) goto done;
+    if (PyObject_GetBuffer(idx_obj, &idx, PyBUF_C_CONTIGUOUS) < 0) goto done;
     if (chute_get_dst(dst_obj, &dst) < 0) goto done;
     if (offsets_obj != Py_None && PyObject_GetBuffer(offsets_obj, &offsets, PyBUF_SIMPLE) < 0)
         goto done;
-    a.idx = idx.buf;
-    a.n = (size_t)idx.len / sizeof(int64_t);
-    a.dst = dst.buf;
-    a.dst_len = (size_t)dst.len;
-    a.stride = stride;
+    a->idx = idx.buf;
+    a->n = (size_t)idx.len / sizeof(int64_t);
+    a->dst = dst.buf;
+    a->dst_len = (size_t)dst.len;
+    a->stride = stride;
     if (offsets.buf) {
-        if ((size_t)offsets.len < a.n * sizeof(uint64_t)) {
+        if ((size_t)offsets.len < a->n * sizeof(uint64_t)) {
             PyErr_SetString(PyExc_ValueError, "offsets shorter than idx");
             goto done;
         }
-        a.dst_off = offsets.buf;
+        a->dst_off = offsets.buf;
     }
-    a.max_threads = threads > 0 ? (size_t)threads : 1;
-    if (a.n <= 1) {
-        chute_gather(&a); /* not worth a GIL round trip */
+    if (which) {
+        if ((size_t)which->len < a->n * sizeof(int32_t) || which->itemsize != 4 ||
+            (uintptr_t)which->buf % 4) {
+            PyErr_SetString(PyExc_ValueError, "which must be aligned int32, one per index");
+            goto done;
+        }
+        a->which = which->buf;
+        for (size_t i = 0; i < a->n; i++) {
+            if (a->which[i] < 0 || a->which[i] >= nstores) {
+                PyErr_Format(PyExc_IndexError, "index %zu names store %d of %zd", i,
+                             (int)a->which[i], nstores);
+                goto done;
+            }
+        }
+    }
+    a->max_threads = threads > 0 ? (size_t)threads : 1;
+    if (a->n <= 1) {
+        chute_gather(a); /* not worth a GIL round trip */
     } else {
         Py_BEGIN_ALLOW_THREADS
-        chute_gather(&a);
+        chute_gather(a);
         Py_END_ALLOW_THREADS
     }
-    result = Py_BuildValue("inLK", a.err.code, (Py_ssize_t)a.err.pos, a.err.detail,
-                           (unsigned long long)a.unchecked);
+    result = Py_BuildValue("inLK", a->err.code, (Py_ssize_t)a->err.pos, a->err.detail,
+                           (unsigned long long)a->unchecked);
 done:
-    chute_release_store(&views);
-    PyBuffer_Release(&idx);
+    if (idx.obj) PyBuffer_Release(&idx);
     if (dst.obj) PyBuffer_Release(&dst);
     if (offsets.obj) PyBuffer_Release(&offsets);
+    return result;
+}
+
+/* gather(table, limits, chunks, idx, dst, stride, offsets, ddict, sums, strict, threads)
+ *   -> (code, pos, detail, unchecked). code 0 is success; the caller raises otherwise. */
+static PyObject *gather(PyObject *self, PyObject *args) {
+    PyObject *table, *limits, *chunks, *idx, *dst, *offsets, *ddict, *sums;
+    unsigned long long stride;
+    Py_ssize_t threads;
+    int strict;
+    if (!PyArg_ParseTuple(args, "OOOOOKOOOpn", &table, &limits, &chunks, &idx, &dst, &stride,
+                          &offsets, &ddict, &sums, &strict, &threads))
+        return NULL;
+    store_views views;
+    gather_args a = {0};
+    PyObject *result = NULL;
+    if (chute_open_store(table, limits, chunks, ddict, sums, strict, &views, &a.s) == 0)
+        result = run_gather(&a, idx, dst, stride, offsets, threads, 1, NULL);
+    chute_release_store(&views);
+    return result;
+}
+
+/* gather_many(stores, which, idx, dst, stride, offsets, threads) -> gather's tuple: record
+ * idx[i] of stores[which[i]] (each store a snapshot's (table, limits, chunks, ddict, sums,
+ * strict)), all in one call across the cores; pos names the failing index. */
+static PyObject *gather_many(PyObject *self, PyObject *args) {
+    PyObject *stores_obj, *which_obj, *idx, *dst, *offsets;
+    unsigned long long stride;
+    Py_ssize_t threads;
+    if (!PyArg_ParseTuple(args, "OOOOKOn", &stores_obj, &which_obj, &idx, &dst, &stride,
+                          &offsets, &threads))
+        return NULL;
+    PyObject *fast = PySequence_Fast(stores_obj, "gather_many takes a sequence of stores");
+    if (!fast) return NULL;
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(fast);
+    zr_store *stores = calloc(ns > 0 ? (size_t)ns : 1, sizeof *stores);
+    store_views *views = calloc(ns > 0 ? (size_t)ns : 1, sizeof *views);
+    Py_buffer which = {0};
+    PyObject *result = NULL;
+    if (!stores || !views) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(fast, i), *table, *limits, *chunks, *ddict, *sums;
+        int strict;
+        if (!PyArg_ParseTuple(t, "OOOOOp", &table, &limits, &chunks, &ddict, &sums, &strict) ||
+            chute_open_store(table, limits, chunks, ddict, sums, strict, &views[i], &stores[i]) < 0)
+            goto done;
+    }
+    if (PyObject_GetBuffer(which_obj, &which, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) goto done;
+    gather_args a = {.stores = stores};
+    result = run_gather(&a, idx, dst, stride, offsets, threads, ns, &which);
+done:
+    for (Py_ssize_t i = 0; views && i < ns; i++) chute_release_store(&views[i]);
+    if (which.obj) PyBuffer_Release(&which);
+    free(stores);
+    free(views);
+    Py_DECREF(fast);
     return result;
 }
 
@@ -472,6 +538,8 @@ static PyObject *crc32c(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Decode records into a caller buffer across cores."},
+    {"gather_many", gather_many, METH_VARARGS,
+     "Decode records of several stores into a caller buffer in one call across cores."},
     {"read_tokens", chute_py_read_tokens, METH_VARARGS,
      "Spans of token streams, their records' headers checked, in one call across cores."},
     {"read_windows", chute_py_read_windows, METH_VARARGS,

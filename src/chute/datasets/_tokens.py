@@ -199,6 +199,8 @@ class TokenDataset(StoreView):
             self._damaged(n - 1, f"{self._last_tokens} tokens")
         self._num_tokens = (n - 1) * self._record_tokens + self._last_tokens
         self._params = (self._record_tokens, n, self._last_tokens, code)  # the reader's terms
+        self._in_place = getattr(self._store, "in_place", None)  # local stores have one
+        self._placed: tuple[InPlace, tuple[Any, Any]] | None = None
 
     def _damaged(self, record: Any, what: str) -> NoReturn:
         raise CorruptStoreError(
@@ -309,10 +311,16 @@ class TokenDataset(StoreView):
         b = check_int("stop", stop, minimum=a, maximum=self._num_tokens)
         return self.read_spans_documents([a], [b - a])[1]
 
-    def _in_place(self) -> InPlace | None:
-        """The store as the compiled core reads it in place, where it can."""
-        in_place = getattr(self._store, "in_place", None)
-        return None if in_place is None else in_place()
+    def _place(self) -> tuple[InPlace, tuple[Any, Any]] | None:
+        """The store as the compiled core reads it in place (where it can), and this
+        dataset as a source of the token reader over it; made once per store snapshot."""
+        view = None if self._in_place is None else self._in_place()
+        if view is None:
+            return None
+        placed = self._placed
+        if placed is None or placed[0] is not view:
+            placed = self._placed = (view, (self._params, view.where))
+        return placed
 
     def _gather_for(
         self, lo: npt.NDArray[np.int64], count: npt.NDArray[np.int64]
@@ -511,13 +519,12 @@ def native_read(
     lengths) of dataset s touch. A failure the token reader reports at span k is raised by
     dataset ``owner(k)``; a span outside its stream by ``outside(k)`` where given (the
     caller's mistake, not the store's: no second try)."""
-    views = [ds._in_place() for ds in datasets]
-    if None not in views:
-        places = [(ds._params, v.where) for ds, v in zip(datasets, views, strict=True) if v]
-        result = read(places, max(v.threads for v in views if v))
+    placed = [ds._place() for ds in datasets]
+    if None not in placed:
+        views = [p[0] for p in placed if p]
+        result = read([p[1] for p in placed if p], max(v.threads for v in views))
         for v in views:
-            if v:
-                v.check()
+            v.check()
         if not result[0]:
             return result
         if result[0] == codes.TE_SPAN and outside is not None:
