@@ -54,6 +54,15 @@ def read_packed(
     out_positions: _Buffer,
     threads: int,
 ) -> tuple[int, int, int, int, None, int]: ...
+def gather_many(
+    stores: Sequence[tuple[Any, ...]],
+    which: _Buffer,
+    idx: _Buffer,
+    dst: _Buffer,
+    stride: int,
+    offsets: _Buffer | None,
+    threads: int,
+) -> tuple[int, int, int, int]: ...
 def map_chunks(fds: Sequence[int]) -> Any: ...
 def chunks_from_buffers(buffers: Sequence[_Buffer]) -> Any: ...
 def compress(

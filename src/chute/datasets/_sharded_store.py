@@ -20,6 +20,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
+from chute._native import gather_many
 from chute._objects import in_batch, local_path, reads_remotely
 from chute._util.checks import check_optional_int
 from chute._util.closing import Closing
@@ -364,6 +365,8 @@ class ShardedStore(Closing):
     def _gather(
         self, idx: npt.NDArray[np.int64], out: npt.NDArray[Any], stride: int, threads: int
     ) -> None:
+        if self._gather_in_place(idx, out, stride, None, threads):
+            return
         parts = list(self._split(idx))
         if len(parts) == 1:  # one shard: the plain gather, which checks every size itself
             self._count(parts[0][0])
@@ -405,14 +408,20 @@ class ShardedStore(Closing):
         num_threads: int | None = None,
         threads: int | None = None,
     ) -> npt.NDArray[Any]:
-        """Decode record i to byte ``offsets[i]`` of ``out``: one native call per shard, on
-        ``num_threads`` cores in all (default: the handle's)."""
+        """Decode record i to byte ``offsets[i]`` of ``out`` on ``num_threads`` cores in all
+        (default: the handle's): one native call for local shards, one round of requests for
+        shards in object storage."""
         cores = call_threads("ShardedStore.gather_into", num_threads, threads, self._threads)
         idx = self._as_indices(indices)
         offs = np.ascontiguousarray(offsets, dtype=np.uint64).reshape(-1)
         if offs.size != idx.size:
             raise ValueError(f"{idx.size} indices but {offs.size} offsets")
-        self._guarded(lambda: self._run(list(self._split(idx)), out, offs.__getitem__, cores))
+
+        def read() -> None:
+            if not self._gather_in_place(idx, out, 0, offs, cores):
+                self._run(list(self._split(idx)), out, offs.__getitem__, cores)
+
+        self._guarded(read)
         return out
 
     def _run(
@@ -457,6 +466,46 @@ class ShardedStore(Closing):
         pool = self._pool()
         futures = [pool.submit(run, parts[k::groups]) for k in range(1, groups)]
         wait_all([lambda: run(parts[0::groups]), *(f.result for f in futures)])
+
+    def _gather_in_place(
+        self,
+        idx: npt.NDArray[np.int64],
+        out: npt.NDArray[Any],
+        stride: int,
+        offsets: npt.NDArray[np.uint64] | None,
+        threads: int,
+    ) -> bool:
+        """Records ``idx`` into ``out`` (record i at ``i * stride``, which must be its size, or
+        at ``offsets[i]``) in one native call, where every shard they touch maps its records
+        here (local shards): the cores split the whole batch, not each shard's share of it,
+        and the batch pays one call. False where a shard cannot (object storage) or the call
+        failed: the per-shard path then reads the batch again and raises what it meets (with
+        a reader's retry and the exception naming the record)."""
+        self._check_open()
+        if idx.size < 2:
+            return False
+        shard = np.searchsorted(self._starts, idx, side="right") - 1
+        touched = np.unique(shard)
+        try:
+            self._open_shards(touched.tolist())
+        except RemoteError:
+            return False  # the per-shard path names the read that met it
+        views = [self.shard(s).in_place() for s in touched.tolist()]
+        if None in views:
+            return False
+        which = np.searchsorted(touched, shard).astype(np.int32)
+        local = idx - self._starts[shard]
+        stores = [view.where for view in views if view]
+        try:
+            code = gather_many(stores, which, local, out, stride, offsets, threads)[0]
+        except (TypeError, ValueError):  # out refused: the per-shard path says why
+            return False
+        for view in views:
+            if view:
+                view.check()
+        for s in touched.tolist():
+            self._count(s)
+        return code == 0
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:
