@@ -299,3 +299,86 @@ def test_a_sharded_view_pickles_by_path(sharded: Path) -> None:
     assert isinstance(copy.store, ShardedStore) and copy.store.opened_shards == ()
     assert np.array_equal(copy[[102, 0, 55]], ROWS[[102, 0, 55]])
     assert copy.ndim == 2 and copy.nbytes == ROWS.nbytes
+
+
+def test_local_shards_are_read_in_one_native_call_like_shard_by_shard(
+    sharded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch over local shards is one call of the compiled core across their stores; it
+    reads what the shard-by-shard path reads, into rows and into byte offsets alike."""
+    import chute.datasets._sharded_store as module
+
+    calls: list[int] = []
+    real = module.gather_many
+    monkeypatch.setattr(module, "gather_many", lambda s, *a: calls.append(len(s)) or real(s, *a))
+    rng = np.random.default_rng(4)
+    with Dataset(sharded) as ds:
+        for _ in range(20):
+            idx = rng.integers(0, 103, int(rng.integers(2, 60)))
+            assert np.array_equal(ds[idx], ROWS[idx])
+        assert len(calls) == 20 and max(calls) > 3  # one call a batch, many stores in it
+        values, offsets = ds.store.gather_packed([100, 5, 57, 5])
+        assert bytes(values) == ROWS[[100, 5, 57, 5]].tobytes()
+        assert offsets.tolist() == [0, 16, 32, 48, 64]
+
+
+def test_a_record_of_another_size_in_a_shard_is_refused_in_a_batch(tmp_path: Path) -> None:
+    """Shards of a dataset of (4,) int32 rows, one record replaced by one of another size:
+    a batch touching it says which record and sizes, and writes no row from the bad shard."""
+    write_dataset(tmp_path / "d", ROWS, shard_records=10).close()
+    with RecordStore(tmp_path / "d" / "part-00003.zr", mode="a") as store:
+        store.delete([4])  # the shard's last record moves into slot 4
+        store.append([np.zeros(3, np.int32).tobytes()])  # and a short one at its end
+    with Dataset(tmp_path / "d") as ds:
+        assert np.array_equal(ds[[0, 15, 34, 50]], ROWS[[0, 15, 39, 50]])
+        with pytest.raises(ValueError, match="record 39 holds 12 bytes"):
+            ds[[0, 15, 39, 50]]
+
+
+_HOSTILE_MANY = """
+import numpy as np, sys
+from chute import Dataset
+from chute._native import gather_many
+ds = Dataset(sys.argv[1])
+store = ds.store
+store._open_shards(range(3))
+w = [store.shard(s).in_place().where for s in range(3)]
+i8 = lambda *v: np.array(v, np.int64)
+i4 = lambda *v: np.array(v, np.int32)
+out = np.empty((4, 16), np.uint8)
+assert gather_many(w, i4(0, 1), i8(0, 1), out, 16, None, 1)[0] == 0  # the control
+calls = [
+    lambda: gather_many(w, i4(0, 3), i8(0, 1), out, 16, None, 1),         # no store 3
+    lambda: gather_many(w, i4(0, -1), i8(0, 1), out, 16, None, 1),        # negative
+    lambda: gather_many(w, i8(0, 1), i8(0, 1), out, 16, None, 1),         # int64 which
+    lambda: gather_many(w, i4(0), i8(0, 1), out, 16, None, 1),            # which short
+    lambda: gather_many(w, i4(0, 1), i8(0, 10**6), out, 16, None, 1),     # no record
+    lambda: gather_many(w, i4(0, 1), i8(0, 1), out[:1], 16, None, 1),     # out short
+    lambda: gather_many(w, i4(0, 1), i8(0, 1), out, 0, np.array([0], np.uint64), 1),
+    lambda: gather_many(w, i4(0, 1), i8(0, 1), out, 0, np.array([0, 10**9], np.uint64), 1),
+    lambda: gather_many(w, i4(0, 1), i8(0, 1), np.empty(4, object), 16, None, 1),
+    lambda: gather_many([w[0][:3]], i4(0, 0), i8(0, 1), out, 16, None, 1),  # not a store
+    lambda: gather_many([(w[0][0][:1], *w[0][1:])], i4(0, 0), i8(0, 5), out, 16, None, 1),
+    lambda: gather_many(w, i4(0, 1), i8(0, 1), out, 12, None, 1),         # wrong size
+]
+for k, call in enumerate(calls):
+    try:
+        got = call()
+    except (ValueError, TypeError, IndexError):
+        continue
+    assert got[0] != 0, (k, got)
+print("refused", len(calls))
+"""
+
+
+def test_hostile_arguments_to_the_many_store_gather_are_refused_in_a_child(
+    sharded: Path,
+) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(_HOSTILE_MANY), str(sharded)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "refused" in done.stdout
