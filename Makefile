@@ -40,7 +40,7 @@ test: $(STAMP)
 # the child-process harness still sees them; any sanitizer report aborts the test. loaderx's
 # own native library dies under the preloaded runtime, so the tests that call it are left out.
 ASAN_DIR := build/asan
-ASAN_TESTS ?= tests/store tests/datasets/test_dataset.py tests/datasets/test_ragged.py tests/datasets/test_tokens.py tests/datasets/test_tokens_reader.py tests/loader tests/metrics/test_curves_native.py
+ASAN_TESTS ?= tests/store tests/datasets/test_dataset.py tests/datasets/test_ragged.py tests/datasets/test_tokens.py tests/datasets/test_tokens_reader.py tests/datasets/test_sharded.py tests/loader tests/metrics/test_curves_native.py
 test-asan: $(STAMP)
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR)/pkg
 	CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" \
