@@ -27,7 +27,7 @@ import chute
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _charts import ratio_chart
-from store import structured, timed  # the store benchmark's workload and timer
+from store import consume, structured, timed  # the store benchmark's workload, reads, timer
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "scale"
@@ -66,7 +66,7 @@ def gather(
     times = {name: float("inf") for name in readers}
     for _ in range(rounds):
         for name, read in readers.items():
-            times[name] = min(times[name], timed(lambda r=read: [r(i) for i in plan], 1))
+            times[name] = min(times[name], timed(lambda r=read: consume(r, plan), 1))
     mib = batches * batch * images[0].nbytes / MiB
     base = times["one store"]
     lines = [

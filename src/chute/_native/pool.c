@@ -2,20 +2,27 @@
 #include "pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_WORKERS 256
+/* How long a worker that finished a job keeps polling for the next before it sleeps, and how
+ * long a caller polls for its helpers to finish before it sleeps: a sleeping thread takes
+ * tens of microseconds to wake on a busy or virtual machine, which is the whole cost of a
+ * small gather, while back-to-back gathers (a loader's) come well within this. */
+#define SPIN_NS 100000L
 
 typedef struct {
     chute_shard_fn fn;
     void *ctx;
     size_t n, nshards;
-    atomic_size_t next; /* next shard to claim */
-    size_t done;    /* shards finished (under state_lock) */
-    size_t active;  /* workers holding a pointer to this job (under state_lock) */
-    size_t helpers; /* workers that may join: max_threads - 1 */
+    atomic_size_t next;   /* next shard to claim */
+    atomic_size_t done;   /* shards finished (changed under state_lock, polled without) */
+    atomic_size_t active; /* workers holding a pointer to this job (likewise) */
+    size_t helpers;       /* workers that may join: max_threads - 1 */
 } job_t;
 
 static pthread_mutex_t submit_lock = PTHREAD_MUTEX_INITIALIZER; /* one job in the pool at a time */
@@ -23,7 +30,7 @@ static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
 static job_t *current;
-static unsigned long generation;
+static atomic_ulong generation; /* changed under state_lock, polled without */
 static size_t nworkers;
 static int started;
 static int atfork_registered;
@@ -47,22 +54,54 @@ static size_t run_shards(job_t *job) {
     }
 }
 
+static long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+/* Polls, for at most SPIN_NS, until ready(arg) holds; whether it did. */
+static int spin_until(int (*ready)(const void *), const void *arg) {
+    long until = now_ns() + SPIN_NS;
+    for (unsigned k = 1; !ready(arg); k++) {
+        if ((k & 63) == 0) {
+            if (now_ns() > until) return 0;
+            sched_yield(); /* one core may be all there is: let the thread we wait on run */
+        }
+    }
+    return 1;
+}
+
+static int moved_on(const void *seen) {
+    return atomic_load(&generation) != *(const unsigned long *)seen;
+}
+
+static int finished(const void *job) {
+    const job_t *j = job;
+    return atomic_load(&j->done) >= j->nshards && atomic_load(&j->active) == 0;
+}
+
 static void *worker_main(void *arg) {
     (void)arg;
     unsigned long seen = 0;
-    pthread_mutex_lock(&state_lock);
     for (;;) {
-        while (generation == seen) pthread_cond_wait(&work_cv, &state_lock);
-        seen = generation;
+        spin_until(moved_on, &seen);
+        pthread_mutex_lock(&state_lock);
+        while (atomic_load(&generation) == seen) pthread_cond_wait(&work_cv, &state_lock);
+        seen = atomic_load(&generation);
         job_t *job = current;
-        if (!job || job->active >= job->helpers) continue;
-        job->active++;
+        if (!job || atomic_load(&job->active) >= job->helpers) {
+            pthread_mutex_unlock(&state_lock);
+            continue;
+        }
+        atomic_fetch_add(&job->active, 1);
         pthread_mutex_unlock(&state_lock);
         size_t ran = run_shards(job);
         pthread_mutex_lock(&state_lock);
-        job->done += ran;
-        job->active--;
+        atomic_fetch_add(&job->done, ran);
+        atomic_fetch_sub(&job->active, 1);
         pthread_cond_broadcast(&done_cv);
+        pthread_mutex_unlock(&state_lock);
     }
     return NULL;
 }
@@ -116,6 +155,8 @@ size_t chute_parallel(size_t n, size_t min_block, size_t max_shards, size_t max_
     job_t job = {.fn = fn, .ctx = ctx, .n = n, .nshards = nshards};
     job.helpers = max_threads > 1 ? max_threads - 1 : 0;
     atomic_init(&job.next, 0);
+    atomic_init(&job.done, 0);
+    atomic_init(&job.active, 0);
     if (nshards == 1 || job.helpers == 0 || pthread_mutex_trylock(&submit_lock) != 0) {
         run_shards(&job);
         return nshards;
@@ -129,15 +170,17 @@ size_t chute_parallel(size_t n, size_t min_block, size_t max_shards, size_t max_
         return nshards;
     }
     current = &job;
-    generation++;
+    atomic_fetch_add(&generation, 1);
     pthread_cond_broadcast(&work_cv);
     pthread_mutex_unlock(&state_lock);
 
     size_t ran = run_shards(&job);
+    atomic_fetch_add(&job.done, ran);
+    /* The job lives on this stack: wait for every worker to let go of it (polling first:
+     * they are running, and a sleeping caller wakes late). */
+    spin_until(finished, &job);
     pthread_mutex_lock(&state_lock);
-    job.done += ran;
-    /* The job lives on this stack: wait for every worker to let go of it. */
-    while (job.done < nshards || job.active > 0) pthread_cond_wait(&done_cv, &state_lock);
+    while (!finished(&job)) pthread_cond_wait(&done_cv, &state_lock);
     current = NULL;
     pthread_mutex_unlock(&state_lock);
     pthread_mutex_unlock(&submit_lock);
