@@ -80,6 +80,9 @@ def gather(
     ]
     for name, t in times.items():
         lines.append(f"| {name} | {mib / t:.0f} | {t / batches * 1e3:.2f} ms | {base / t:.2f}x |")
+    shards = base / times["16 shards"]
+    lines += ["", f"Target: 16 shards >= 0.95x one store: {shards:.2f}x, "
+              f"{'met' if shards >= 0.95 else 'NOT met'}."]  # fmt: skip
     one.close()
     many.close()
     chart(
