@@ -205,8 +205,13 @@ def bench_reader(tmp: str, rows: int, repeats: int) -> list[tuple[str, float, fl
     names = [f"m{i}" for i in range(5)]
     out = []
     raw = os.path.join(paths["dir, .indices"], "plattli", "m0.f32")
-    t_file = best_of(lambda: np.fromfile(raw, dtype="<f4"), repeats)
+    steps = os.path.join(paths["dir, .indices"], "plattli", "m0.indices")
+    # the floor of metric() on a layout that stores the steps: both of the column's files
+    # read into fresh arrays (metric() returns both); elsewhere the values file alone
+    t_values = best_of(lambda: np.fromfile(raw, dtype="<f4"), repeats)
+    t_both = best_of(lambda: (np.fromfile(raw, dtype="<f4"), np.fromfile(steps, "<u4")), repeats)
     for where, path in paths.items():
+        t_file = t_both if where == "dir, .indices" else t_values
         with plattli.Reader(path) as ref, cm.Reader(path) as new:
             a, b = ref.metric("m0"), new.metric("m0")
             assert np.array_equal(a[1], b[1]) and np.array_equal(a[0], b[0])
@@ -230,7 +235,7 @@ def bench_reader(tmp: str, rows: int, repeats: int) -> list[tuple[str, float, fl
             t_metric = best_of(lambda new=new: new.metric("m0"), repeats)
             out.append(
                 (
-                    f"metric() vs np.fromfile of the column, {where} (ms)",
+                    f"metric() vs np.fromfile of the column's files, {where} (ms)",
                     t_file * 1e3,
                     t_metric * 1e3,
                     "within 2x",

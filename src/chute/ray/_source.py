@@ -2,7 +2,7 @@
 
 Read task i covers records ``[edges[i], edges[i + 1])`` of every selected column, so the
 tasks in order are the dataset in order; each yields Arrow blocks of about 64 MiB, gathered
-by chute (one native gather per touched shard) inside the Ray worker.
+by chute (one native gather across the local shards a block touches) inside the Ray worker.
 """
 
 from __future__ import annotations
