@@ -43,10 +43,10 @@ def pack_groups(
     docs: _Buffer,
     doc_counts: _Buffer,
     seq_len: int,
-) -> list[bytearray]: ...
+) -> list[bytes]: ...
 def read_packed(
     source: tuple[tuple[int, int, int, int], tuple[Any, ...]],
-    tables: dict[int, _Buffer],
+    tables: dict[int, bytes],
     keys: _Buffer,
     rows: _Buffer,
     out_tokens: _Buffer,

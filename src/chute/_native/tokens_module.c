@@ -170,7 +170,7 @@ done:
     return result;
 }
 
-/* pack_groups(starts, stops, bins, docs, doc_counts, seq_len) -> [bytearray]: each group's
+/* pack_groups(starts, stops, bins, docs, doc_counts, seq_len) -> [bytes]: each group's
  * packing table (int64, see chute_pack_group), group g taking the next doc_counts[g] of docs. */
 PyObject *chute_py_pack_groups(PyObject *self, PyObject *args) {
     PyObject *starts_obj, *stops_obj, *bins_obj, *docs_obj, *counts_obj;
@@ -207,7 +207,7 @@ PyObject *chute_py_pack_groups(PyObject *self, PyObject *args) {
                                         (uint64_t)count[g], seq_len, (uint64_t)nbins[g], table);
         taken += (uint64_t)count[g];
         PyObject *bytes = used < 0 ? NULL
-                                   : PyByteArray_FromStringAndSize((const char *)table,
+                                   : PyBytes_FromStringAndSize((const char *)table,
                                                                    (Py_ssize_t)used * 8);
         free(table);
         if (used < 0)
@@ -228,24 +228,35 @@ done:
     return result;
 }
 
-/* A packing table (chute_pack_group's layout) held in view, or -1 naming what is wrong. */
-static int get_table(PyObject *obj, Py_buffer *view, long long key) {
-    if (get_items(obj, view, 8, 2, 0, "a packing table") < 0) return -1;
-    const int64_t *e = (const int64_t *)view->buf + 1;
-    int64_t nb = e[-1];
-    uint64_t size = (uint64_t)view->len / 8;
-    int fine = nb >= 1 && (uint64_t)nb + 2 <= size && e[0] == 0;
-    for (int64_t b = 0; fine && b < nb; b++) fine = e[b + 1] >= e[b];
-    if (!fine || size != 2 + (uint64_t)nb + 2 * (uint64_t)e[nb]) {
+/* Row r of a packing table (chute_pack_group's layout, as bytes): its pieces' starts and
+ * lengths and their count, checked to lie inside the table; -1 naming what is wrong. */
+static int table_row(PyObject *obj, int64_t r, long long key, const int64_t **starts,
+                     const int64_t **lengths, int64_t *count) {
+    const int64_t *t = PyBytes_Check(obj) ? (const int64_t *)PyBytes_AS_STRING(obj) : NULL;
+    uint64_t size = t ? (uint64_t)PyBytes_GET_SIZE(obj) / 8 : 0;
+    int fine = t && (uintptr_t)t % 8 == 0 && (uint64_t)PyBytes_GET_SIZE(obj) % 8 == 0 &&
+               size >= 3 && t[0] >= 1 && (uint64_t)t[0] + 2 <= size;
+    const int64_t *edges = fine ? t + 1 : NULL;
+    int64_t npieces = fine ? edges[t[0]] : -1;
+    fine = fine && npieces >= 0 && size == 2 + (uint64_t)t[0] + 2 * (uint64_t)npieces;
+    if (!fine) {
         PyErr_Format(PyExc_ValueError, "the table of %lld is not a packing table", key);
         return -1;
     }
+    if (r < 0 || r >= t[0] || edges[r] < 0 || edges[r] > edges[r + 1] || edges[r + 1] > npieces) {
+        PyErr_Format(PyExc_IndexError, "row %lld of the table of %lld is not there",
+                     (long long)r, key);
+        return -1;
+    }
+    *starts = edges + t[0] + 1 + edges[r];
+    *lengths = edges + t[0] + 1 + npieces + edges[r];
+    *count = edges[r + 1] - edges[r];
     return 0;
 }
 
 /* read_packed(source, tables, keys, rows, out_tokens, out_ids, out_positions, threads)
  *   -> read_tokens' tuple: row rows[k] of the packing tables[keys[k]] (tables: a dict of
- *      int64 tables; a key it lacks is a KeyError) laid out as row k of the outputs (segment
+ *      tables as bytes, from pack_groups; a key it lacks is a KeyError) laid out as row k of the outputs (segment
  *      ids and positions here, tokens by the token reader from source, padding 0), the
  *      tokens read without the GIL. */
 PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
@@ -258,9 +269,9 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
     tok_source source = {0};
     store_views sv = {0};
     Py_buffer sviews[3] = {{0}}, keys = {0}, rows = {0}, out = {0}, ids = {0}, positions = {0};
-    Py_buffer *tables = NULL;
+    PyObject **tables = NULL;
     int64_t *lo = NULL, *len = NULL, *dest = NULL;
-    size_t n = 0;
+    size_t n = 0, kept = 0;
     if (get_source(source_obj, &source, &sv, sviews) < 0) goto done;
     if (get_items(rows_obj, &rows, 8, 0, 0, "rows") < 0) goto done;
     n = (size_t)rows.len / 8;
@@ -269,13 +280,20 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    const int64_t *key = keys.buf;
-    for (size_t k = 0; k < n; k++) { /* the GIL is held: the dict cannot change meanwhile */
-        PyObject *number = PyLong_FromLongLong(key[k]);
+    const int64_t *key = keys.buf, *r = rows.buf;
+    size_t spans = 0;
+    while (kept < n) { /* each row's table, held until the call ends */
+        PyObject *number = PyLong_FromLongLong(key[kept]);
         PyObject *table = number ? PyDict_GetItemWithError(tables_obj, number) : NULL;
         if (number && !table && !PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, number);
         Py_XDECREF(number);
-        if (!table || get_table(table, &tables[k], (long long)key[k]) < 0) goto done;
+        if (!table) goto done;
+        tables[kept++] = Py_NewRef(table);
+        const int64_t *starts, *lengths;
+        int64_t count;
+        if (table_row(table, r[kept - 1], (long long)key[kept - 1], &starts, &lengths, &count) < 0)
+            goto done;
+        spans += (size_t)count;
     }
     if (get_items(tok_obj, &out, source.itemsize, 0, 1, "out_tokens") < 0) goto done;
     size_t width = n ? (size_t)out.len / source.itemsize / n : 0;
@@ -286,17 +304,6 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
     if (get_items(ids_obj, &ids, 4, n * width, 1, "out_ids") < 0 ||
         get_items(pos_obj, &positions, 4, n * width, 1, "out_positions") < 0)
         goto done;
-    const int64_t *r = rows.buf;
-    size_t spans = 0;
-    for (size_t k = 0; k < n; k++) {
-        const int64_t *table = tables[k].buf;
-        if (r[k] < 0 || r[k] >= table[0]) {
-            PyErr_Format(PyExc_IndexError, "row %lld of the table of %lld is not there",
-                         (long long)r[k], (long long)key[k]);
-            goto done;
-        }
-        spans += (size_t)(table[1 + r[k] + 1] - table[1 + r[k]]);
-    }
     lo = malloc((spans ? spans : 1) * 8);
     len = malloc((spans ? spans : 1) * 8);
     dest = malloc((spans ? spans : 1) * 8);
@@ -306,20 +313,20 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
     }
     size_t sp = 0;
     for (size_t k = 0; k < n; k++) { /* segment ids and positions, and where each piece goes */
-        const int64_t *table = tables[k].buf, *edges = table + 1;
-        int64_t nb = table[0], npieces = edges[nb];
-        const int64_t *starts = edges + nb + 1, *lengths = starts + npieces;
+        const int64_t *starts, *lengths;
+        int64_t count;
+        table_row(tables[k], r[k], (long long)key[k], &starts, &lengths, &count); /* checked */
         int32_t *row_ids = (int32_t *)ids.buf + k * width;
         int32_t *row_pos = (int32_t *)positions.buf + k * width;
         uint64_t at = 0;
-        for (int64_t p = edges[r[k]]; p < edges[r[k] + 1]; p++) {
+        for (int64_t p = 0; p < count; p++) {
             if (lengths[p] < 0 || (uint64_t)lengths[p] > width - at) {
                 PyErr_Format(PyExc_ValueError, "row %zu's pieces overflow its %zu tokens", k,
                              width);
                 goto done;
             }
             for (int64_t j = 0; j < lengths[p]; j++) {
-                row_ids[at + j] = (int32_t)(p - edges[r[k]] + 1);
+                row_ids[at + j] = (int32_t)(p + 1);
                 row_pos[at + j] = (int32_t)j;
             }
             lo[sp] = starts[p];
@@ -356,8 +363,7 @@ done:
     chute_release_store(&sv);
     for (int j = 0; j < 3; j++)
         if (sviews[j].obj) PyBuffer_Release(&sviews[j]);
-    for (size_t k = 0; tables && k < n; k++)
-        if (tables[k].obj) PyBuffer_Release(&tables[k]);
+    for (size_t k = 0; tables && k < kept; k++) Py_DECREF(tables[k]);
     free(tables);
     Py_buffer *held[] = {&keys, &rows, &out, &ids, &positions};
     for (size_t j = 0; j < sizeof held / sizeof *held; j++)

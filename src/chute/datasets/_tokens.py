@@ -451,7 +451,7 @@ def read_token_spans(
 
 def read_packed_rows(
     dataset: TokenDataset,
-    tables: dict[int, npt.NDArray[np.int64]],
+    tables: dict[int, bytes],
     keys: npt.NDArray[np.int64],
     rows: npt.NDArray[np.int64],
     seq_len: int,
@@ -494,9 +494,10 @@ class Packing(NamedTuple):
     edges: npt.NDArray[np.int64]
 
     @classmethod
-    def of(cls, table: npt.NDArray[np.int64]) -> Packing:
-        """The packing a table of `chute._native.pack_groups` describes:
+    def of(cls, packed: bytes) -> Packing:
+        """The packing a table of `chute._native.pack_groups` describes: int64
         ``[bins, edges (bins + 1), piece starts, piece lengths]``."""
+        table = np.frombuffer(packed, np.int64)
         bins = int(table[0])
         edges = table[1 : bins + 2]
         pieces = int(edges[-1])

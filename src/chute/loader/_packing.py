@@ -21,15 +21,13 @@ def pack_groups(
     document_starts: npt.NDArray[np.int64],
     counts: npt.NDArray[np.int64],
     seq_len: int,
-) -> list[npt.NDArray[np.int64]]:
+) -> list[bytes]:
     """Tokens ``starts[g]:stops[g]`` of each group g packed into ``bins[g]`` sequences of
     ``seq_len`` (the rule is `pack_group`'s), its documents beginning at the next
     ``counts[g]`` of ``document_starts``; each group's packing as the compiled core's table
-    ``[bins, edges (bins + 1), piece starts, piece lengths]`` (`Packing.of`)."""
-    return [
-        np.frombuffer(table, np.int64)
-        for table in _pack(starts, stops, bins, document_starts, counts, seq_len)
-    ]
+    (int64 ``[bins, edges (bins + 1), piece starts, piece lengths]`` as bytes: immutable, and
+    read by the core without a buffer request; `Packing.of`)."""
+    return _pack(starts, stops, bins, document_starts, counts, seq_len)
 
 
 def pack_group(

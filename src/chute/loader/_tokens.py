@@ -252,7 +252,7 @@ class PackedTokens:
         self._length = self._full * self.group + self._tail
         self._kept = 4 * self.lanes  # the blocks of lanes being read, and the next ones
         self._lock = threading.Lock()
-        self._packed: OrderedDict[int, npt.NDArray[np.int64]] = OrderedDict()
+        self._packed: OrderedDict[int, bytes] = OrderedDict()
         self._busy: dict[int, threading.Event] = {}
 
     def __len__(self) -> int:
@@ -289,11 +289,11 @@ class PackedTokens:
         """How group ``group`` is packed."""
         return Packing.of(self._tables([group])[0])
 
-    def _tables(self, groups: list[int]) -> list[npt.NDArray[np.int64]]:
+    def _tables(self, groups: list[int]) -> list[bytes]:
         """The packing tables of ``groups`` (distinct): kept (the last ``4 * lanes`` packed,
         oldest dropped first), packed now (those missing, together, outside the lock), or
         awaited from the thread packing them already (consecutive batches share groups)."""
-        done: dict[int, npt.NDArray[np.int64]] = {}
+        done: dict[int, bytes] = {}
         mine: list[int] = []
         theirs: list[tuple[int, threading.Event]] = []
         packing = threading.Event()  # set once this call's groups are packed (or failed)
@@ -308,7 +308,7 @@ class PackedTokens:
                     self._busy[g] = packing
                     mine.append(g)
         if mine:
-            made: list[npt.NDArray[np.int64]] = []
+            made: list[bytes] = []
             try:
                 made = self._pack(mine)
                 done.update(zip(mine, made, strict=True))
@@ -335,7 +335,7 @@ class PackedTokens:
         stop = np.minimum(start + self.seq_len * self.group, end)
         return start, stop, np.minimum(stop + 1, end)
 
-    def _pack(self, groups: list[int]) -> list[npt.NDArray[np.int64]]:
+    def _pack(self, groups: list[int]) -> list[bytes]:
         """The packing tables of ``groups``, from their document starts, in one read and one
         call of the compiled core."""
         g = np.array(groups, np.int64)
