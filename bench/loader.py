@@ -245,7 +245,7 @@ def main() -> None:
 
     def target(label: str, value: float, goal: float, above: bool = True) -> list[str]:
         met = value >= goal if above else value <= goal
-        wanted = f"{'>=' if above else '<='} {goal:g}{'x' if above else ''}"
+        wanted = f">= {goal:g}x" if above else f"<= {goal:.0%}"
         shown = f"{value:.2f}x" if above else f"{value:.1%}"
         return [label, wanted, shown, "met" if met else "NOT met"]
 
