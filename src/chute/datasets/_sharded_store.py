@@ -503,8 +503,8 @@ class ShardedStore(Closing):
         for view in views:
             if view:
                 view.check()
-        for s in touched.tolist():
-            self._count(s)
+        with self._lock:
+            self._gathers[touched] += 1
         return code == 0
 
     def _pool(self) -> ThreadPoolExecutor:
