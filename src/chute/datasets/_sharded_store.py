@@ -1,10 +1,9 @@
 """ShardedStore: many record stores read as one, behind the same read calls as RecordStore.
 
-A global index maps to (shard, local index) through the manifest's shard starts. A batch is
-split by shard with one stable sort; each touched shard then decodes its records with one
-native call straight into the caller's buffer at their batch positions, so the output is in
-the caller's order and no Python code runs per record. Shards open on first use, so a host
-that reads one slice of the dataset opens only the shards that slice lies in.
+A global index maps to (shard, local index) through the manifest's shard starts. A batch over
+local shards is one native call across their stores, straight into the caller's buffer in the
+caller's order; shards in object storage are split by shard and read in one round of
+requests. Shards open on first use: a host reading one slice opens only the shards it lies in.
 """
 
 from __future__ import annotations
@@ -323,9 +322,9 @@ class ShardedStore(Closing):
             if pos.size:
                 yield s, self.shard(s), pos, idx[pos] - self._starts[s]
 
-    def _count(self, shard: int) -> None:
+    def _counted(self, shards: Any) -> None:
         with self._lock:
-            self._gathers[shard] += 1
+            self._gathers[shards] += 1  # one more native gather each served
 
     def lengths(self, indices: IndexLike) -> npt.NDArray[np.uint32]:
         """Logical (decoded) byte size of each record."""
@@ -369,7 +368,7 @@ class ShardedStore(Closing):
             return
         parts = list(self._split(idx))
         if len(parts) == 1:  # one shard: the plain gather, which checks every size itself
-            self._count(parts[0][0])
+            self._counted(parts[0][0])
             parts[0][1].gather(parts[0][3], out, num_threads=threads)
             return
         for s, store, pos, local in parts:  # every size checked before any byte is written
@@ -431,15 +430,11 @@ class ShardedStore(Closing):
         offsets: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.uint64]],
         threads: int,
     ) -> None:
-        """Each part's records decoded to ``offsets(positions)`` of ``out``. Shards in
-        object storage are read together (one round of requests, `gather_shards`), but for
-        those whose blocks are all cached (warm: read as local ones); local shards' native
-        calls run side by side on up to ``threads`` threads (one pays the
-        thread hand-off once per batch, not once per shard), each call then on its share of
-        the cores, so the cores are never oversubscribed. Waits for all before raising the
-        first error."""
-        for s, *_ in parts:
-            self._count(s)
+        """Each part's records decoded to ``offsets(positions)`` of ``out``: shards in object
+        storage in one round of requests (`gather_shards`) unless warm (all blocks cached:
+        read as local ones); the others' native calls side by side on up to ``threads``
+        threads, each on its share of the cores. Waits for all before raising the first."""
+        self._counted([s for s, *_ in parts])
         cold: list[_Part] = []
         rest: list[_Part] = []
         for part in parts:
@@ -475,12 +470,10 @@ class ShardedStore(Closing):
         offsets: npt.NDArray[np.uint64] | None,
         threads: int,
     ) -> bool:
-        """Records ``idx`` into ``out`` (record i at ``i * stride``, which must be its size, or
-        at ``offsets[i]``) in one native call, where every shard they touch maps its records
-        here (local shards): the cores split the whole batch, not each shard's share of it,
-        and the batch pays one call. False where a shard cannot (object storage) or the call
-        failed: the per-shard path then reads the batch again and raises what it meets (with
-        a reader's retry and the exception naming the record)."""
+        """Records ``idx`` into ``out`` (record i at ``i * stride``, its size, or at
+        ``offsets[i]``) in one native call across the local shards they touch: the cores
+        split the whole batch. False where a shard is not local or the call failed: the
+        per-shard path then reads again and raises what it meets (naming the record)."""
         self._check_open()
         if idx.size < 2:
             return False
@@ -503,8 +496,7 @@ class ShardedStore(Closing):
         for view in views:
             if view:
                 view.check()
-        with self._lock:
-            self._gathers[touched] += 1
+        self._counted(touched)
         return code == 0
 
     def _pool(self) -> ThreadPoolExecutor:
