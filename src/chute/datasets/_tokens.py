@@ -50,7 +50,6 @@ __all__ = [
     "Packing",
     "TokenDataset",
     "TokenRead",
-    "join",
     "max_record_tokens",
     "native_read",
     "ranges",
@@ -98,22 +97,6 @@ def ranges(starts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]) -> npt.
     total = int(counts.sum())
     before = np.cumsum(counts) - counts
     return np.repeat(starts - before, counts) + np.arange(total, dtype=np.int64)
-
-
-def join(
-    values: npt.NDArray[Any], starts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
-) -> npt.NDArray[Any]:
-    """``values[starts[k]:starts[k] + counts[k]]`` for each k, end to end: slices joined
-    where the pieces are long (a copy each), one index array where they are short.
-
-    >>> join(np.arange(10), np.array([7, 1]), np.array([3, 2])).tolist()
-    [7, 8, 9, 1, 2]
-    """
-    if starts.size and int(counts.sum()) >= 32 * starts.size:
-        return np.concatenate(
-            [values[a : a + n] for a, n in zip(starts.tolist(), counts.tolist(), strict=True)]
-        )
-    return values[ranges(starts, counts)]
 
 
 def _length_of(
