@@ -216,3 +216,23 @@ def test_a_mixture_in_worker_processes_is_the_same(tmp_path: Path) -> None:
         with DataLoader(mixture, batch_size=9, seed=4, workers=workers) as loader:
             runs.append([next(loader) for _ in range(6)])
     assert all(np.array_equal(x[k], y[k]) for x, y in zip(*runs, strict=True) for k in x)
+
+
+@pytest.mark.parametrize("batch", [1, 7, 24, 1000, 9000])
+def test_draws_made_a_block_at_a_time_are_the_draws_of_each_step(batch: int) -> None:
+    """The sampler draws 8192 records at a time and keeps the blocks: a step's batch is the
+    same as drawing that step's records alone, for steps inside a block, straddling two,
+    longer than one, across a schedule's phase change, sliced across processes, and from
+    several threads at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    mixture = mix(_sources([11, 300, 17]), [0.5, 0.3, 0.2], schedule={5: [0.1, 0.1, 0.8]})
+    steps = [0, 1, 2, 4, 5, 6, 8191 // batch, 8192 // batch + 1, 10**12]
+    want = {s: mixture.sampler(batch, seed=3)._positions(s * batch, batch) for s in steps}
+    sampler = mixture.sampler(batch, seed=3)
+    with ThreadPoolExecutor(4) as pool:
+        got = dict(zip(steps, pool.map(sampler.indices, steps), strict=True))
+    for s in steps:
+        assert np.array_equal(got[s], want[s]), s
+        half = batch // 2
+        assert np.array_equal(sampler.indices(s, half, batch), want[s][half:])  # a slice of it

@@ -301,3 +301,16 @@ def test_packing_from_many_threads_at_once(corpus) -> None:
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(shared.__getitems__, asks))
     assert all(np.array_equal(g[k], w[k]) for g, w in zip(got, want, strict=True) for k in w)
+
+
+def test_packed_order_drawn_a_block_at_a_time_is_the_streams_order(corpus) -> None:
+    """The loader's sampler draws a packed stream's lane order 8192 draws at a time: each
+    step's batch is still exactly the stream's own ``order`` for that step's draws."""
+    ds, _ = corpus
+    packed = PackedTokens(ds, 40, group=4, lanes=8)
+    for batch in (3, 100, 9000):
+        sampler = packed.sampler(batch, 5, "cyclic")
+        assert sampler is not None
+        for step in (0, 1, 8192 // batch, 8192 // batch + 1, 10**9):
+            want = packed.order(sampler.seed, step * batch, batch)
+            assert np.array_equal(sampler.indices(step), want), (batch, step)
