@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #define MAX_WORKERS 256
-/* How long a worker that finished a job keeps polling for the next before it sleeps, and how
+/* How long a worker that just ran a job keeps polling for the next before it sleeps, and how
  * long a caller polls for its helpers to finish before it sleeps: a sleeping thread takes
  * tens of microseconds to wake on a busy or virtual machine, which is the whole cost of a
- * small gather, while back-to-back gathers (a loader's) come well within this. */
+ * small gather, while back-to-back gathers (a loader's) come well within this. Workers a job
+ * had no room for sleep at once, so a many-core machine running narrow gathers burns no
+ * more than the threads that work. */
 #define SPIN_NS 100000L
 
 typedef struct {
@@ -84,13 +86,15 @@ static int finished(const void *job) {
 static void *worker_main(void *arg) {
     (void)arg;
     unsigned long seen = 0;
+    int ran_one = 0; /* only a worker that just ran a job polls for the next before sleeping */
     for (;;) {
-        spin_until(moved_on, &seen);
+        if (ran_one) spin_until(moved_on, &seen);
         pthread_mutex_lock(&state_lock);
         while (atomic_load(&generation) == seen) pthread_cond_wait(&work_cv, &state_lock);
         seen = atomic_load(&generation);
         job_t *job = current;
-        if (!job || atomic_load(&job->active) >= job->helpers) {
+        ran_one = job && atomic_load(&job->active) < job->helpers;
+        if (!ran_one) { /* no room in this job (it wants fewer threads): back to sleep */
             pthread_mutex_unlock(&state_lock);
             continue;
         }
