@@ -109,14 +109,16 @@ def test_packed_rows_are_their_packing(copies) -> None:
         assert np.array_equal(batch["positions"][row, :fill], where)
 
 
-def test_windows_and_mixtures_outside_their_range_are_index_errors(copies) -> None:
-    windows = TokenWindows(copies["raw"], 50)
-    for bad in ([len(windows)], [-1], np.array([2**64 - 1], np.uint64)):
-        with pytest.raises(IndexError, match="outside"):
+@pytest.mark.parametrize("way", ["raw", "shards"])
+def test_windows_and_mixtures_outside_their_range_are_index_errors(copies, way: str) -> None:
+    windows = TokenWindows(copies[way], 50)
+    for bad in ([len(windows)], [-1], np.array([2**64 - 1], np.uint64), [3, len(windows) + 9]):
+        with pytest.raises(IndexError, match="outside the stream's windows"):
             windows.__getitems__(bad)
     both = mix({"a": windows, "b": windows}, [1, 1])
-    with pytest.raises(IndexError, match="outside"):
-        both.__getitems__([len(both)])
+    for bad in ([len(both)], [-1], [5, 2 * len(both)]):
+        with pytest.raises(IndexError, match="outside the stream's windows"):
+            both.__getitems__(bad)
     assert both.__getitems__(np.empty(0, np.uint64))["tokens"].shape == (0, 51)
 
 

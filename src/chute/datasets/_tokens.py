@@ -516,6 +516,8 @@ def native_read(
     gathered = [(ds._params, ds._gather_for(*touched(s))) for s, ds in enumerate(datasets)]
     result = read(gathered, 1)
     code, span, record = result[:3]
+    if code == codes.TE_SPAN and outside is not None:
+        outside(span)
     if code:
         datasets[owner(span)]._refuse(code, record)
     return result

@@ -177,7 +177,8 @@ class TokenWindows:
 
         def touched(s: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
             at, starts = place()
-            mine = starts[at == s]
+            inside = (starts >= 0) & (starts + width <= streams[s].tokens.num_tokens)
+            mine = starts[(at == s) & inside]  # the read names any other: ``outside``
             return mine, np.full(mine.size, width, np.int64)
 
         def outside(k: int) -> NoReturn:
