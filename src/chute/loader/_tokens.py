@@ -25,7 +25,6 @@ from chute._util.checks import check_int
 from chute.datasets import TokenDataset
 from chute.datasets._tokens import (
     Packing,
-    TokenRead,
     native_read,
     ranges,
     read_packed_rows,
@@ -50,49 +49,29 @@ def _check_tokens(tokens: object, what: str) -> TokenDataset:
     return tokens
 
 
-def _segments(
-    n: int, width: int, fill: npt.NDArray[np.int64], breaks: npt.NDArray[np.int64]
-) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
-    """``segment_ids`` (1, 2 ... within each row; 0 for padding) and ``positions`` (from 0
-    in each segment; 0 for padding) of ``n`` rows of ``width``, row ``r`` holding tokens in
-    its first ``fill[r]`` places, its segments beginning at the flat places ``breaks``
-    (rising, each row's first place among them)."""
-    row = breaks // width
-    new_row = np.ones(breaks.size, bool)
-    new_row[1:] = row[1:] != row[:-1]
-    last = np.append(new_row[1:], True)
-    end = np.append(breaks[1:], 0)
-    end[last] = row[last] * width + fill[row[last]]
-    length = end - breaks
-    first = np.flatnonzero(new_row)
-    in_row = np.diff(np.append(first, breaks.size))
-    ordinal = np.arange(1, breaks.size + 1) - np.repeat(first, in_row)
+def _window_segments(
+    starts: npt.NDArray[np.int64],
+    width: int,
+    documents: npt.NDArray[np.int64],
+    counts: npt.NDArray[np.int64],
+) -> dict[str, npt.NDArray[np.int32]]:
+    """``segment_ids`` (1, 2 ... within each window) and ``positions`` (from 0 in each
+    segment) of windows of ``width`` tokens from ``starts``, a segment beginning at each
+    window's first token and at each document start inside it (``documents``, ``counts[k]``
+    of them in window k, rising)."""
+    n = starts.size
+    inside = documents - np.repeat(starts, counts)  # from each window's first token
+    row = np.repeat(np.arange(n, dtype=np.int64), counts)
+    firsts = np.arange(n, dtype=np.int64) * width
+    breaks = np.concatenate([firsts, (row * width + inside)[inside > 0]])
+    breaks.sort()
+    length = np.diff(np.append(breaks, n * width))  # the segments tile the windows
+    first = np.searchsorted(breaks, firsts)  # each window's first segment
+    per_window = np.diff(np.append(first, breaks.size))
+    ordinal = np.arange(1, breaks.size + 1) - np.repeat(first, per_window)
     ids = np.repeat(ordinal.astype(np.int32), length)
     places = ranges(np.zeros(breaks.size, np.int64), length).astype(np.int32)
-    if int(fill.sum()) == n * width:  # no padding: the segments tile the rows
-        return ids.reshape(n, width), places.reshape(n, width)
-    filled = ranges(breaks, length)
-    segment_ids = np.zeros(n * width, np.int32)
-    positions = np.zeros(n * width, np.int32)
-    segment_ids[filled] = ids
-    positions[filled] = places
-    return segment_ids.reshape(n, width), positions.reshape(n, width)
-
-
-def _window_segments(
-    starts: npt.NDArray[np.int64], width: int, read: TokenRead
-) -> dict[str, npt.NDArray[np.int32]]:
-    """``segment_ids`` and ``positions`` of windows of ``width`` tokens from ``starts``,
-    restarting where a document begins inside a window (``read``: their tokens and starts)."""
-    n = starts.size
-    inside = read.starts - np.repeat(starts, read.counts)  # from each window's first token
-    row = np.repeat(np.arange(n, dtype=np.int64), read.counts)
-    breaks = np.concatenate(
-        [np.arange(n, dtype=np.int64) * width, (row * width + inside)[inside > 0]]
-    )
-    breaks.sort()
-    segment_ids, positions = _segments(n, width, np.full(n, width, np.int64), breaks)
-    return {"segment_ids": segment_ids, "positions": positions}
+    return {"segment_ids": ids.reshape(n, width), "positions": places.reshape(n, width)}
 
 
 class TokenWindows:
@@ -188,8 +167,8 @@ class TokenWindows:
         result = native_read(datasets, read, touched, lambda k: int(place()[0][k]), outside)
         batch: Batch = {"tokens": tokens}
         if counts is not None:
-            read_ = TokenRead(tokens.reshape(-1), np.frombuffer(result[4] or b"", np.int64), counts)
-            batch.update(_window_segments(place()[1], width, read_))
+            documents = np.frombuffer(result[4] or b"", np.int64)
+            batch.update(_window_segments(place()[1], width, documents, counts))
         if source is not None:
             batch["source"] = source
         return batch
