@@ -9,7 +9,13 @@
 #include "zctx.h"
 
 /* Work, in bytes of plain copy, that makes another shard worth waking a thread for. */
-enum { SHARD_WORK = 48 * 1024, FRAME_COST = 4096, DECODE_FACTOR = 4, SHARDS_PER_THREAD = 4 };
+enum { SHARD_WORK = 48 * 1024, SHARDS_PER_THREAD = 4 };
+
+size_t chute_work_shards(uint64_t work, size_t max_threads, uint64_t shard_work) {
+    size_t most = (max_threads ? max_threads : 1) * SHARDS_PER_THREAD;
+    uint64_t by_work = work / shard_work + 1;
+    return by_work < most ? (size_t)by_work : most;
+}
 
 /* Where record loc lies is inside its chunk's readable bytes, and its lengths under the cap. */
 static int check_loc(const zr_store *s, const zr_loc *loc, long long *detail) {
@@ -117,7 +123,7 @@ int chute_record_view(const zr_store *s, ZSTD_DCtx **dctx, int64_t ix, uint8_t *
 
 /* The store index i of a batch reads. */
 static inline const zr_store *store_of(const gather_args *a, size_t i) {
-    return a->stores ? &a->stores[a->which[i]] : &a->s;
+    return &a->stores[a->which ? a->which[i] : 0];
 }
 
 typedef struct {
@@ -178,16 +184,9 @@ void chute_gather(gather_args *a) {
     for (size_t i = 0; i < a->n; i++) {
         int64_t ix = a->idx[i];
         const zr_store *st = store_of(a, i);
-        if (ix < 0 || (uint64_t)ix >= st->length) continue;
-        const zr_loc *loc = &st->table[ix];
-        work += loc->codec == CODEC_RAW ? loc->logic_length
-                                        : FRAME_COST + DECODE_FACTOR * (uint64_t)loc->logic_length;
+        if (ix >= 0 && (uint64_t)ix < st->length) work += chute_record_work(&st->table[ix]);
     }
-    /* A few shards per thread, so a thread that wakes late (the machine is busy) still
-     * finds work left instead of leaving the caller to do it all. */
-    size_t max_shards = (a->max_threads ? a->max_threads : 1) * SHARDS_PER_THREAD;
-    size_t by_bytes = (size_t)(work / SHARD_WORK) + 1;
-    if (by_bytes < max_shards) max_shards = by_bytes;
+    size_t max_shards = chute_work_shards(work, a->max_threads, SHARD_WORK);
     size_t min_block = 1;
     size_t ns = chute_shard_count(a->n, min_block, max_shards);
     if (ns == 0) return;

@@ -48,9 +48,8 @@ typedef struct {
 } zr_store;
 
 typedef struct {
-    zr_store s;
-    const zr_store *stores; /* NULL: every index reads s; else index i reads stores[which[i]] */
-    const int32_t *which;   /* each in 0..nstores, checked by the caller */
+    const zr_store *stores; /* index i reads stores[which[i]], or stores[0] without which */
+    const int32_t *which;   /* NULL (one store), or each in 0..nstores, checked by the caller */
     const int64_t *idx;
     size_t n;
     uint8_t *dst;
@@ -63,6 +62,19 @@ typedef struct {
 } gather_args;
 
 void chute_gather(gather_args *a);
+
+/* What decoding a record costs, in bytes of plain copy: a compressed one a frame set-up plus
+ * a few times its bytes. The read loops split a batch by this, not by records. */
+enum { FRAME_COST = 4096, DECODE_FACTOR = 4 };
+static inline uint64_t chute_record_work(const zr_loc *loc) {
+    return loc->codec == CODEC_RAW ? loc->logic_length
+                                   : FRAME_COST + DECODE_FACTOR * (uint64_t)loc->logic_length;
+}
+
+/* The most shards to split `work` into on max_threads: one per `shard_work` bytes of it (a
+ * small batch is cheaper on one core than a wake-up), and a few per thread at most, so a
+ * thread that wakes late (the machine is busy) still finds work left. */
+size_t chute_work_shards(uint64_t work, size_t max_threads, uint64_t shard_work);
 
 /* Record ix of a store, checked as a gather checks it (location, lengths, decode, checksum):
  * *data is its logical bytes (inside the mapped chunk for a raw record, else decoded into

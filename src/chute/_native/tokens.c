@@ -9,7 +9,7 @@
 /* Bytes of plain copy that make another shard worth waking a thread for: more than for a
  * gather, as a span is read where it lies (one copy, no record set-up); waking a thread
  * costs some 3 us here, the time to copy 64 KiB. */
-enum { SHARD_WORK = 256 * 1024, FRAME_COST = 4096, DECODE_FACTOR = 4, SHARDS_PER_THREAD = 4 };
+enum { SHARD_WORK = 256 * 1024 };
 
 static uint64_t le(const uint8_t *p, int bytes) {
     uint64_t v = 0;
@@ -194,7 +194,7 @@ void chute_read_tokens(tok_args *a) {
             for (uint64_t r = (uint64_t)lo / s->record_tokens;
                  r * s->record_tokens < (uint64_t)(lo + len) && r < s->store.length; r++)
                 if (s->store.table[r].codec != CODEC_RAW)
-                    work += FRAME_COST + DECODE_FACTOR * (uint64_t)s->store.table[r].logic_length;
+                    work += chute_record_work(&s->store.table[r]);
         }
     }
     at[a->n] = total;
@@ -204,9 +204,7 @@ void chute_read_tokens(tok_args *a) {
         free(at);
         return;
     }
-    size_t max_shards = (a->max_threads ? a->max_threads : 1) * SHARDS_PER_THREAD;
-    size_t by_work = (size_t)(work / SHARD_WORK) + 1;
-    if (by_work < max_shards) max_shards = by_work;
+    size_t max_shards = chute_work_shards(work, a->max_threads, SHARD_WORK);
     size_t ns = chute_shard_count(a->n, 1, max_shards);
     tok_error *errs = calloc(ns ? ns : 1, sizeof *errs);
     uint64_t *unchecked = calloc(ns ? ns : 1, sizeof *unchecked);

@@ -301,9 +301,10 @@ static PyObject *gather(PyObject *self, PyObject *args) {
                           &offsets, &ddict, &sums, &strict, &threads))
         return NULL;
     store_views views;
-    gather_args a = {0};
+    zr_store store;
+    gather_args a = {.stores = &store};
     PyObject *result = NULL;
-    if (chute_open_store(table, limits, chunks, ddict, sums, strict, &views, &a.s) == 0)
+    if (chute_open_store(table, limits, chunks, ddict, sums, strict, &views, &store) == 0)
         result = run_gather(&a, idx, dst, stride, offsets, threads, 1, NULL);
     chute_release_store(&views);
     return result;
