@@ -38,9 +38,16 @@ class GatherFailed(Exception):
 class InPlace(NamedTuple):
     """A store's snapshot as the compiled core reads it (`RecordStore.in_place`)."""
 
-    where: tuple[Any, ...]  # (table, limits, chunks, ddict, sums or None, strict)
+    where: tuple[Any, ...]  # `native_store`
     threads: int  # the handle's cores
     check: Callable[[], None]  # after reading: raises if the store changed meanwhile
+
+
+def native_store(snap: Snapshot, verify: bool) -> tuple[Any, ...]:
+    """The snapshot as the compiled core takes a store: ``(table, limits, chunks, ddict, sums
+    or None, strict)``, the sidecar only where records are verified."""
+    sums = snap.sums if verify else None
+    return snap.table, snap.limits, snap.maps, snap.ddict, sums, snap.strict and sums is not None
 
 
 def gather(
@@ -55,12 +62,11 @@ def gather(
 ) -> int:
     """One native call; raises `GatherFailed` on the first bad record, else returns how
     many records had no checksum to match."""
-    sums = snap.sums if verify else None
+    table, limits, chunks, ddict, sums, strict = native_store(snap, verify)
     try:
         code, pos, detail, unchecked = _native.gather(
-            snap.table, snap.limits, snap.maps, idx, dst, stride, offsets, snap.ddict,
-            sums, snap.strict and sums is not None, threads,
-        )  # fmt: skip
+            table, limits, chunks, idx, dst, stride, offsets, ddict, sums, strict, threads
+        )
     except (TypeError, ValueError):  # the core refused the destination: say what is wrong
         problem = out_problem(dst)
         if problem is None:

@@ -329,9 +329,7 @@ class RecordStore(Closing):
         snap = self._current()
         made_for, made = self._in_place
         if made_for is not snap or made is None:
-            sums = snap.sums if self._verify else None
-            where = (snap.table, snap.limits, snap.maps, snap.ddict, sums,
-                     snap.strict and sums is not None)  # fmt: skip
+            where = _read.native_store(snap, self._verify)
             made = InPlace(where, self._threads, functools.partial(self._check_generation, snap))
             self._in_place = (snap, made)
         return made
