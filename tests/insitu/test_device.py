@@ -76,7 +76,8 @@ def test_the_page_locked_allocator_reaches_the_dataset(archive: Path) -> None:
 
     with dataset(archive, **KW) as ds:
         batches = list(DeviceView(ds.train, Mover(), depth=2))  # type: ignore[arg-type]
-    assert made and len(made) < len(batches)  # x, y, z buffers made once, then recycled
+    # the pipeline holds a bounded number of batches, fewer than the pass: roots are recycled
+    assert made and len(made) < len(batches) * len(batches[0])
 
 
 @pytest.mark.parametrize("depth", [1, 4])

@@ -27,6 +27,7 @@ def run_isolated(fn: Callable[[], int], timeout: float = 20.0) -> int:
         pid = os.fork()
     if pid == 0:
         faulthandler.disable()  # a deliberate crash needs no dump of every thread
+        faulthandler.dump_traceback_later(max(timeout - 1.0, 0.5))  # but a hang shows where
         code = UNEXPECTED
         try:
             code = fn()
