@@ -241,18 +241,24 @@ calls = [
     lambda: pack_groups(i8(0), i8(10), i8(1), i8(), i8(5), 4),                      # counts
     lambda: pack_groups(i8(10), i8(0), i8(1), i8(), i8(0), 4),                      # backwards
     lambda: pack_groups(i8(0), i8(10), i8(1), i8(3, 2), i8(2), 40),                 # not rising
-    lambda: read_packed(src, {0: i8(1, 0, 2, 0, 4).tobytes()}, i8(0), i8(0), out,
+    lambda: read_packed(src, {0: i8(1, 0, 2, 0, 4).tobytes()}, i8(0), 1, out,
                         np.empty(64, np.int32), np.empty(64, np.int32), 1),         # edges
-    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 99).tobytes()}, i8(0), i8(0), out,
+    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 99).tobytes()}, i8(0), 1, out,
                         np.empty(64, np.int32), np.empty(64, np.int32), 1),         # overflow
-    lambda: read_packed(src, {0: i8(1, 0, 1, 10**9, 4).tobytes()}, i8(0), i8(0), out,
+    lambda: read_packed(src, {0: i8(1, 0, 1, 10**9, 4).tobytes()}, i8(0), 1, out,
                         np.empty(64, np.int32), np.empty(64, np.int32), 1),         # outside
-    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 4).tobytes()}, i8(1), i8(0), out,
+    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 4).tobytes()}, i8(1), 1, out,
                         np.empty(64, np.int32), np.empty(64, np.int32), 1),         # which
-    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 4).tobytes()}, i8(0), i8(3), out,
+    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 4).tobytes()}, i8(3), 4, out,
                         np.empty(64, np.int32), np.empty(64, np.int32), 1),         # row
-    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 4).tobytes()}, i8(0), i8(0), out,
+    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 4).tobytes()}, i8(0), 1, out,
                         np.empty(8, np.int32), np.empty(64, np.int32), 1),          # ids short
+    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 4).tobytes()}, i8(-1), 1, out,
+                        np.empty(64, np.int32), np.empty(64, np.int32), 1),         # negative
+    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 4).tobytes()}, i8(0), 0, out,
+                        np.empty(64, np.int32), np.empty(64, np.int32), 1),         # group 0
+    lambda: read_packed(src, {0: i8(1, 0, 1, 0, 4).tobytes()}, i8(0, 0, 0, 0)[::2], 1, out,
+                        np.empty(64, np.int32), np.empty(64, np.int32), 1),         # strided
 ]
 for k, call in enumerate(calls):
     try:
@@ -262,12 +268,12 @@ for k, call in enumerate(calls):
     assert isinstance(got, tuple) and got[0] != 0, (k, got)  # refused by a code
 good = {0: i8(1, 0, 1, 0, 4).tobytes()}
 ids, where = np.empty(64, np.int32), np.empty(64, np.int32)
-assert read_packed(src, good, i8(0), i8(0), out, ids, where, 1)[0] == 0  # the control
+assert read_packed(src, good, i8(0), 1, out, ids, where, 1)[0] == 0  # the control
 bad_tables = [{0: "table"}, {0: i8(1, 0, 1, 0, 4)}, {0: b"x" * 39}, {0: i8(1, 0, 1, 0).tobytes()},
               {0: i8(1, 0, 2, 0, 4).tobytes()}, {0: i8(2, 0, 2, 1, 5, 1).tobytes()}]
 for bad in [[good], *bad_tables]:
     try:
-        read_packed(src, bad, i8(0), i8(0), out, ids, where, 1)
+        read_packed(src, bad, i8(0), 1, out, ids, where, 1)
     except (ValueError, TypeError, IndexError):
         continue
     raise AssertionError(bad)

@@ -198,3 +198,52 @@ def test_a_worker_lays_out_its_slot_without_numpy_calls_per_batch(
     np.testing.assert_array_equal(batch["x"], arrays["x"][[3, 1, 4]])
     np.testing.assert_array_equal(batch["y"], [3, 1, 4])
     del batch, root
+
+
+def test_cheap_steps_go_to_a_worker_in_runs_with_the_same_stream_errors_and_seeks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Steps that build in microseconds are handed over several at a time (waking a worker
+    costs as much as the step); what the consumer sees is the same as one at a time: the
+    batches, an error at its own step (those before it delivered), a seek into a run."""
+    from chute.loader import _pipeline, _workers
+
+    monkeypatch.setattr(
+        _pipeline, "CHEAP_STEP", 60.0
+    )  # every step counts as cheap, however loaded the machine
+    tasks: list[int] = []
+    submit = _workers.Workers.submit
+
+    def counting(self: Any, fn: Any, *args: Any) -> Any:
+        tasks.append(args[-1] if len(args) == 3 else 1)  # _build_run(build, first, count)
+        return submit(self, fn, *args)
+
+    monkeypatch.setattr(_workers.Workers, "submit", counting)
+    data = {"y": np.arange(1000)}
+    failing = {13}
+
+    def flaky(batch: dict[str, Any]) -> dict[str, Any]:
+        if int(batch["y"][0]) // 10 in failing:
+            raise ZeroDivisionError("bad batch")
+        return batch
+
+    with DataLoader(data, 10, sampler="sequential", num_threads=1, prefetch=1) as one_by_one:
+        expected = [int(next(one_by_one)["y"][0]) for _ in range(40)]
+    assert set(tasks) == {1}
+    tasks.clear()
+    with DataLoader(data, 10, sampler="sequential", num_threads=1, prefetch=16,
+                    transform=flaky) as dl:  # fmt: skip
+        got = [int(next(dl)["y"][0]) for _ in range(13)]
+        with pytest.raises(ZeroDivisionError, match="bad batch"):
+            next(dl)
+        assert dl.step == 13 and got == expected[:13]
+        failing.clear()
+        got += [int(next(dl)["y"][0]) for _ in range(27)]
+        assert got == expected
+        assert max(tasks) > 1 and len(tasks) < 40  # runs, after the first steps were timed
+        dl.seek(42)
+        next(dl)  # a run 43.. is queued now
+        dl.sampler.seek(45)  # into it, behind the loader's back
+        assert int(next(dl)["y"][0]) == 450
+        dl.seek(3)
+        assert [int(next(dl)["y"][0]) for _ in range(3)] == [30, 40, 50]

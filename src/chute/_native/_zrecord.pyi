@@ -47,8 +47,8 @@ def pack_groups(
 def read_packed(
     source: tuple[tuple[int, int, int, int], tuple[Any, ...]],
     tables: dict[int, bytes],
-    keys: _Buffer,
-    rows: _Buffer,
+    sequences: _Buffer,
+    group: int,
     out_tokens: _Buffer,
     out_ids: _Buffer,
     out_positions: _Buffer,

@@ -254,90 +254,87 @@ static int table_row(PyObject *obj, int64_t r, long long key, const int64_t **st
     return 0;
 }
 
-/* read_packed(source, tables, keys, rows, out_tokens, out_ids, out_positions, threads)
- *   -> read_tokens' tuple: row rows[k] of the packing tables[keys[k]] (tables: a dict of
- *      tables as bytes, from pack_groups; a key it lacks is a KeyError) laid out as row k of the outputs (segment
- *      ids and positions here, tokens by the token reader from source, padding 0), the
- *      tokens read without the GIL. */
+/* read_packed(source, tables, sequences, group, out_tokens, out_ids, out_positions, threads)
+ *   -> read_tokens' tuple: sequence q is row q % group of the packing tables[q // group]
+ *      (tables: a dict of tables as bytes, from pack_groups; a key it lacks is a KeyError),
+ *      laid out as row k of the outputs for sequences[k] (segment ids and positions, and
+ *      tokens by the token reader from source, padding 0); all but the table look-ups run
+ *      without the GIL. */
 PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
-    PyObject *source_obj, *tables_obj, *keys_obj, *rows_obj, *tok_obj, *ids_obj, *pos_obj;
+    PyObject *source_obj, *tables_obj, *seq_obj, *tok_obj, *ids_obj, *pos_obj;
+    long long group;
     Py_ssize_t threads;
-    if (!PyArg_ParseTuple(args, "OO!OOOOOn", &source_obj, &PyDict_Type, &tables_obj, &keys_obj,
-                          &rows_obj, &tok_obj, &ids_obj, &pos_obj, &threads))
+    if (!PyArg_ParseTuple(args, "OO!OLOOOn", &source_obj, &PyDict_Type, &tables_obj, &seq_obj,
+                          &group, &tok_obj, &ids_obj, &pos_obj, &threads))
         return NULL;
     PyObject *result = NULL;
     tok_source source = {0};
     store_views sv = {0};
-    Py_buffer sviews[3] = {{0}}, keys = {0}, rows = {0}, out = {0}, ids = {0}, positions = {0};
+    Py_buffer sviews[3] = {{0}}, seqs = {0}, out = {0}, ids = {0}, positions = {0};
     PyObject **tables = NULL;
-    int64_t *lo = NULL, *len = NULL, *dest = NULL;
+    const int64_t **row_starts = NULL, **row_lengths = NULL;
+    int64_t *row_count = NULL, *lo = NULL, *len = NULL, *dest = NULL;
     size_t n = 0, kept = 0;
+    if (group < 1) {
+        PyErr_SetString(PyExc_ValueError, "group must be positive");
+        return NULL;
+    }
     if (get_source(source_obj, &source, &sv, sviews) < 0) goto done;
-    if (get_items(rows_obj, &rows, 8, 0, 0, "rows") < 0) goto done;
-    n = (size_t)rows.len / 8;
-    if (get_items(keys_obj, &keys, 8, n, 0, "keys") < 0) goto done;
-    if (!(tables = calloc(n ? n : 1, sizeof *tables))) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    const int64_t *key = keys.buf, *r = rows.buf;
-    size_t spans = 0;
-    while (kept < n) { /* each row's table, held until the call ends */
-        PyObject *number = PyLong_FromLongLong(key[kept]);
-        PyObject *table = number ? PyDict_GetItemWithError(tables_obj, number) : NULL;
-        if (number && !table && !PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, number);
-        Py_XDECREF(number);
-        if (!table) goto done;
-        tables[kept++] = Py_NewRef(table);
-        const int64_t *starts, *lengths;
-        int64_t count;
-        if (table_row(table, r[kept - 1], (long long)key[kept - 1], &starts, &lengths, &count) < 0)
-            goto done;
-        spans += (size_t)count;
-    }
+    if (get_items(seq_obj, &seqs, 8, 0, 0, "sequences") < 0) goto done;
+    n = (size_t)seqs.len / 8;
     if (get_items(tok_obj, &out, source.itemsize, 0, 1, "out_tokens") < 0) goto done;
     size_t width = n ? (size_t)out.len / source.itemsize / n : 0;
     if (n && (size_t)out.len != n * width * source.itemsize) {
-        PyErr_SetString(PyExc_ValueError, "out_tokens must hold one whole row per index");
+        PyErr_SetString(PyExc_ValueError, "out_tokens must hold one whole row per sequence");
         goto done;
     }
     if (get_items(ids_obj, &ids, 4, n * width, 1, "out_ids") < 0 ||
         get_items(pos_obj, &positions, 4, n * width, 1, "out_positions") < 0)
         goto done;
+    size_t m = n ? n : 1;
+    tables = calloc(m, sizeof *tables);
+    row_starts = malloc(m * sizeof *row_starts);
+    row_lengths = malloc(m * sizeof *row_lengths);
+    row_count = malloc(m * sizeof *row_count);
+    if (!tables || !row_starts || !row_lengths || !row_count) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const int64_t *seq = seqs.buf;
+    size_t spans = 0;
+    for (; kept < n; kept++) { /* each row's table, held until the call ends, and checked */
+        if (seq[kept] < 0) {
+            PyErr_Format(PyExc_IndexError, "sequence %lld is negative", (long long)seq[kept]);
+            goto done;
+        }
+        long long key = seq[kept] / group;
+        PyObject *number = PyLong_FromLongLong(key);
+        PyObject *table = number ? PyDict_GetItemWithError(tables_obj, number) : NULL;
+        if (number && !table && !PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, number);
+        Py_XDECREF(number);
+        if (!table) goto done;
+        tables[kept] = Py_NewRef(table);
+        if (table_row(table, seq[kept] % group, key, &row_starts[kept], &row_lengths[kept],
+                      &row_count[kept]) < 0)
+            goto done;
+        uint64_t at = 0;
+        for (int64_t p = 0; p < row_count[kept]; p++) {
+            int64_t l = row_lengths[kept][p];
+            if (l < 0 || (uint64_t)l > width - at) {
+                PyErr_Format(PyExc_ValueError, "sequence %lld's pieces overflow its %zu tokens",
+                             (long long)seq[kept], width);
+                goto done;
+            }
+            at += (uint64_t)l;
+        }
+        spans += (size_t)row_count[kept];
+    }
     lo = malloc((spans ? spans : 1) * 8);
     len = malloc((spans ? spans : 1) * 8);
     dest = malloc((spans ? spans : 1) * 8);
     if (!lo || !len || !dest) {
         PyErr_NoMemory();
         goto done;
-    }
-    size_t sp = 0;
-    for (size_t k = 0; k < n; k++) { /* segment ids and positions, and where each piece goes */
-        const int64_t *starts, *lengths;
-        int64_t count;
-        table_row(tables[k], r[k], (long long)key[k], &starts, &lengths, &count); /* checked */
-        int32_t *row_ids = (int32_t *)ids.buf + k * width;
-        int32_t *row_pos = (int32_t *)positions.buf + k * width;
-        uint64_t at = 0;
-        for (int64_t p = 0; p < count; p++) {
-            if (lengths[p] < 0 || (uint64_t)lengths[p] > width - at) {
-                PyErr_Format(PyExc_ValueError, "row %zu's pieces overflow its %zu tokens", k,
-                             width);
-                goto done;
-            }
-            for (int64_t j = 0; j < lengths[p]; j++) {
-                row_ids[at + j] = (int32_t)(p + 1);
-                row_pos[at + j] = (int32_t)j;
-            }
-            lo[sp] = starts[p];
-            len[sp] = lengths[p];
-            dest[sp++] = (int64_t)(k * width + at);
-            at += (uint64_t)lengths[p];
-        }
-        memset((uint8_t *)out.buf + (k * width + at) * source.itemsize, 0,
-               (width - at) * source.itemsize);
-        memset(row_ids + at, 0, (width - at) * 4);
-        memset(row_pos + at, 0, (width - at) * 4);
     }
     tok_args a = {
         .sources = &source,
@@ -352,6 +349,27 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
         .max_threads = threads > 0 ? (size_t)threads : 1,
     };
     Py_BEGIN_ALLOW_THREADS
+    size_t sp = 0;
+    for (size_t k = 0; k < n; k++) { /* segment ids and positions, and where each piece goes */
+        int32_t *row_ids = (int32_t *)ids.buf + k * width;
+        int32_t *row_pos = (int32_t *)positions.buf + k * width;
+        uint64_t at = 0;
+        for (int64_t p = 0; p < row_count[k]; p++) {
+            int64_t l = row_lengths[k][p];
+            for (int64_t j = 0; j < l; j++) {
+                row_ids[at + j] = (int32_t)(p + 1);
+                row_pos[at + j] = (int32_t)j;
+            }
+            lo[sp] = row_starts[k][p];
+            len[sp] = l;
+            dest[sp++] = (int64_t)(k * width + at);
+            at += (uint64_t)l;
+        }
+        memset((uint8_t *)out.buf + (k * width + at) * source.itemsize, 0,
+               (width - at) * source.itemsize);
+        memset(row_ids + at, 0, (width - at) * 4);
+        memset(row_pos + at, 0, (width - at) * 4);
+    }
     chute_read_tokens(&a);
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("inLLOK", a.code, (Py_ssize_t)a.span, (long long)a.record, a.detail,
@@ -360,12 +378,15 @@ done:
     free(lo);
     free(len);
     free(dest);
+    free(row_starts);
+    free(row_lengths);
+    free(row_count);
     chute_release_store(&sv);
     for (int j = 0; j < 3; j++)
         if (sviews[j].obj) PyBuffer_Release(&sviews[j]);
-    for (size_t k = 0; tables && k < kept; k++) Py_DECREF(tables[k]);
+    for (size_t k = 0; tables && k < n && tables[k]; k++) Py_DECREF(tables[k]);
     free(tables);
-    Py_buffer *held[] = {&keys, &rows, &out, &ids, &positions};
+    Py_buffer *held[] = {&seqs, &out, &ids, &positions};
     for (size_t j = 0; j < sizeof held / sizeof *held; j++)
         if (held[j]->obj) PyBuffer_Release(held[j]);
     return result;

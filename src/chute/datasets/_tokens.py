@@ -435,15 +435,15 @@ def read_token_spans(
 def read_packed_rows(
     dataset: TokenDataset,
     tables: dict[int, bytes],
-    keys: npt.NDArray[np.int64],
-    rows: npt.NDArray[np.int64],
+    sequences: npt.NDArray[np.integer[Any]],
+    group: int,
     seq_len: int,
 ) -> dict[str, npt.NDArray[Any]]:
-    """Row ``rows[k]`` of the packing ``tables[keys[k]]`` (made by
-    `chute._native.pack_groups`) for each k, as ``tokens``, ``segment_ids`` and
-    ``positions`` of ``(n, seq_len)``, in one call of the compiled core (a key missing from
-    ``tables`` is a KeyError)."""
-    n = rows.size
+    """Sequence ``q`` of ``sequences`` (64-bit integers) is row ``q % group`` of the packing
+    ``tables[q // group]`` (made by `chute._native.pack_groups`); the rows as ``tokens``,
+    ``segment_ids`` and ``positions`` of ``(n, seq_len)``, in one call of the compiled core
+    (a key missing from ``tables`` is a KeyError, a negative sequence an IndexError)."""
+    n = sequences.size
     batch = {
         "tokens": np.empty((n, seq_len), dataset.dtype),
         "segment_ids": np.empty((n, seq_len), np.int32),
@@ -451,14 +451,15 @@ def read_packed_rows(
     }
 
     def read(sources: list[Any], threads: int) -> _Result:
-        return read_packed(sources[0], tables, keys, rows, batch["tokens"],
+        return read_packed(sources[0], tables, sequences, group, batch["tokens"],
                            batch["segment_ids"], batch["positions"], threads)  # fmt: skip
 
     def pieces(_: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """The stream spans of the rows' pieces (to gather their records)."""
         starts, lengths = [], []
-        for key, b in zip(keys.tolist(), rows.tolist(), strict=True):
-            p = Packing.of(tables[key])
+        for q in sequences.tolist():
+            p = Packing.of(tables[q // group])
+            b = q % group
             starts.append(p.starts[p.edges[b] : p.edges[b + 1]])
             lengths.append(p.lengths[p.edges[b] : p.edges[b + 1]])
         empty = [np.empty(0, np.int64)]

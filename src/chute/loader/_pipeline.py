@@ -7,15 +7,18 @@ indices a step reads (`_plan`), where the step counter lives, and whether the st
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import numbers
 import os
 import threading
+import time
 import weakref
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, wait
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -67,6 +70,40 @@ def check_timeout(timeout: object) -> float | None:
 #: Which device stage the calling thread acts for (see `Pipeline.fed_by`).
 _CALLER = threading.local()
 
+#: A step built in less than this many seconds goes to a worker with its next neighbours
+#: (up to ``prefetch // num_threads`` steps a task): waking a worker and handing its result
+#: back costs some 15 us, as much as building a batch of token windows.
+CHEAP_STEP = 200e-6
+
+
+@dataclass(slots=True)
+class _Run:
+    """Consecutive steps ``first .. first + count - 1`` queued as one task; its outcome
+    (the batches built, and the error that stopped it at the step after them) once taken."""
+
+    future: Future[Any]
+    first: int
+    count: int
+    batches: list[Any] | None = None
+    error: BaseException | None = None
+
+
+def _build_run(
+    build: Callable[[int], Batch], first: int, count: int
+) -> tuple[list[Batch], BaseException | None, float]:
+    """Steps ``first ..`` built in order until ``count`` are or one fails; the batches, the
+    failure (None) and the seconds each batch took."""
+    batches: list[Batch] = []
+    error: BaseException | None = None
+    start = time.perf_counter()
+    for step in range(first, first + count):
+        try:
+            batches.append(build(step))
+        except BaseException as e:  # handed to the consumer when it reaches that step
+            error = e
+            break
+    return batches, error, (time.perf_counter() - start) / max(len(batches), 1)
+
 
 class Pipeline(Closing):
     """``num_threads`` workers gather and transform up to ``prefetch`` steps ahead; ``next()``
@@ -100,8 +137,10 @@ class Pipeline(Closing):
             for name, s in streams.items()
             if isinstance(s, GathersInto) and not s.dtype.hasobject
         }
-        self._pending: deque[Future[Batch]] = deque()
+        self._pending: deque[_Run] = deque()
         self._next_submit = 0
+        self._expect: int | None = 0  # the step the queue holds next (None: none queued)
+        self._step_cost = math.inf  # seconds a step took to build, lately (inf: unknown)
         self._pool: Workers | ProcessPool | None = None
         self._closed = False
         self._buffers: BatchBuffers | None = None
@@ -237,7 +276,7 @@ class Pipeline(Closing):
         self._check_caller()
         self._move(step)
         self._drop_pending()
-        self._next_submit = self.step
+        self._next_submit = self._expect = self.step
 
     def __iter__(self) -> Self:
         return self
@@ -246,8 +285,8 @@ class Pipeline(Closing):
         if self._closed:
             raise RuntimeError(f"the {type(self).__name__} is closed")
         self._check_caller()
-        end = self._end
-        if end is not None and self.step >= end:
+        end, step = self._end, self.step
+        if end is not None and step >= end:
             self._stop_workers()  # a finished pass holds no threads; seek() starts them again
             raise StopIteration
         pool = self._pool
@@ -259,41 +298,83 @@ class Pipeline(Closing):
             else:
                 pool = Workers(self.num_threads, "chute-loader", grace)
             self._pool = pool
-        if self._next_submit - len(self._pending) != self.step:  # the step was moved
-            self.seek(self.step)
-        while len(self._pending) < self.prefetch and (end is None or self._next_submit < end):
-            if isinstance(pool, ProcessPool):  # the workers read: nothing to read ahead here
-                step = self._next_submit
-                self._pending.append(pool.submit(step, *self._plan(step)))
-            elif self._ahead:  # a queued step's shards in object storage start opening now
-                plan = self._plan(self._next_submit)
-                self._ahead = [stream for stream in self._ahead if stream.readahead(plan[0])]
-                self._pending.append(pool.submit(self._build, self._next_submit, *plan))
-            else:
-                self._pending.append(pool.submit(self.batch_at, self._next_submit))
-            self._next_submit += 1
-        future = self._pending.popleft()
+            self._expect = None
+        if self._expect != step:  # the step was moved, or the pool is new
+            self.seek(step)
+        if self._next_submit - step < self.prefetch:
+            self._submit(pool, step, end)
+        run = self._pending[0]
         try:
-            if self.timeout is not None and not wait([future], self.timeout).done:
-                if isinstance(pool, ProcessPool):  # a stuck worker is replaced, not waited on
-                    pool.kill_busy()
-                raise LoaderTimeoutError(
-                    f"the batch of step {self.step} was not ready within timeout="
-                    f"{self.timeout} s: a gather or the transform has not returned (its worker "
-                    "thread is left to it); the next next() tries this step again"
-                )
-            batch = future.result()
-            if isinstance(pool, ProcessPool) and self._buffers is not None:
-                batch = self._for_device(batch)
+            if run.batches is None:
+                self._take(run, pool)
+            assert run.batches is not None
+            at = step - run.first
+            if at == len(run.batches):
+                assert run.error is not None
+                raise run.error
+            batch: Batch = run.batches[at]
+            run.batches[at] = None  # the caller holds the batch alone (buffers recycle)
         except BaseException:
-            self.seek(self.step)  # stay at the failed step; drop what was queued behind it
+            self.seek(step)  # stay at the failed step; drop what was queued behind it
             raise
-        self._move(self.step + 1)
+        if at + 1 == run.count:
+            self._pending.popleft()
+        self._move(step + 1)
+        self._expect = step + 1
         return batch
 
+    def _submit(self, pool: Workers | ProcessPool, step: int, end: int | None) -> None:
+        """Queue steps up to ``prefetch`` ahead of ``step``: cheap ones in runs (see
+        `CHEAP_STEP`), as long as the runs leave the consumer one to take meanwhile."""
+        run = 1
+        if isinstance(pool, Workers) and self.timeout is None and self._step_cost < CHEAP_STEP:
+            run = max(1, self.prefetch // (self.num_threads + 1))
+        while True:
+            first = self._next_submit
+            count = min(run, self.prefetch - (first - step))
+            if end is not None:
+                count = min(count, end - first)
+            if count <= 0 or (count < run and self._pending):
+                return
+            if isinstance(pool, ProcessPool):  # the workers read: nothing to read ahead here
+                future: Future[Any] = pool.submit(first, *self._plan(first))
+            else:
+                build: Callable[[int], Batch] = self.batch_at
+                if self._ahead:  # a queued step's shards in object storage start opening now
+                    plans = {s: self._plan(s) for s in range(first, first + count)}
+                    for indices, _ in plans.values():
+                        self._ahead = [s for s in self._ahead if s.readahead(indices)]
+                    build = functools.partial(self._build_planned, plans)
+                future = pool.submit(_build_run, build, first, count)
+            self._pending.append(_Run(future, first, count))
+            self._next_submit += count
+
+    def _build_planned(
+        self, plans: Mapping[int, tuple[npt.NDArray[np.uint64], Mapping[str, Any]]], step: int
+    ) -> Batch:
+        return self._build(step, *plans[step])
+
+    def _take(self, run: _Run, pool: Workers | ProcessPool) -> None:
+        """Wait (at most ``timeout``) for the run's outcome and keep it on the run."""
+        if self.timeout is not None and not wait([run.future], self.timeout).done:
+            if isinstance(pool, ProcessPool):  # a stuck worker is replaced, not waited on
+                pool.kill_busy()
+            raise LoaderTimeoutError(
+                f"the batch of step {self.step} was not ready within timeout="
+                f"{self.timeout} s: a gather or the transform has not returned (its worker "
+                "thread is left to it); the next next() tries this step again"
+            )
+        if isinstance(pool, ProcessPool):
+            batch = run.future.result()
+            run.batches = [batch if self._buffers is None else self._for_device(batch)]
+            return
+        run.batches, run.error, cost = run.future.result()
+        if run.batches:
+            self._step_cost = cost
+
     def _drop_pending(self) -> None:
-        for future in self._pending:
-            future.cancel()
+        for run in self._pending:
+            run.future.cancel()
         self._pending.clear()
 
     def _stop_workers(self) -> None:

@@ -38,6 +38,7 @@ __all__ = ["PackedTokens", "TokenWindows", "varlen"]
 
 #: The most lanes a packed stream reads side by side (each keeps its group's sequences).
 _MOST_LANES = 4096
+_WORDS = (np.dtype(np.int64), np.dtype(np.uint64))  # sequence numbers the core takes as they are
 
 
 def _check_tokens(tokens: object, what: str) -> TokenDataset:
@@ -333,17 +334,19 @@ class PackedTokens:
         return pack_groups(start, stop, bins, begins, counts, self.seq_len)
 
     def __getitems__(self, indices: npt.NDArray[Any]) -> Batch:
-        rows = np.asarray(indices, np.int64).reshape(-1)
-        if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= self._length):
+        rows = np.ascontiguousarray(indices).reshape(-1)
+        if rows.dtype not in _WORDS:
+            rows = rows.astype(np.int64)
+        # one bound for both ends: a negative row read as uint64 is past any length
+        if rows.size and int(rows.view(np.uint64).max()) >= self._length:
             raise IndexError(f"a sequence outside [0, {self._length})")
-        groups, bins = np.divmod(rows, self.group)
         try:  # every group packed already: the cache itself is the call's table of tables
-            return read_packed_rows(self.tokens, self._packed, groups, bins, self.seq_len)
+            return read_packed_rows(self.tokens, self._packed, rows, self.group, self.seq_len)
         except KeyError:
             pass
-        distinct = np.unique(groups).tolist()
+        distinct = np.unique(rows // self.group).tolist()
         tables = dict(zip(distinct, self._tables(distinct), strict=True))
-        return read_packed_rows(self.tokens, tables, groups, bins, self.seq_len)
+        return read_packed_rows(self.tokens, tables, rows, self.group, self.seq_len)
 
     def __repr__(self) -> str:
         return (
