@@ -214,3 +214,36 @@ def test_corrupt_manifest_is_a_clear_error_and_untouched(tmp_path):
         cm.DirectWriter(tmp_path, step=1)
     assert manifest.read_bytes() == b'{"x": {"indi'
     assert (tmp_path / "plattli" / "x.f64").stat().st_size == 8
+
+
+def test_table_of_one_cadence_reads_each_index_file_against_the_last(tmp_path):
+    """Columns whose index files hold the same steps share one steps array (compared a chunk
+    at a time, never allocated twice); a file that differs anywhere, even past the first
+    chunks or in its last item, is read for what it holds."""
+    from .dashboard_util import raw_run
+
+    n = 300_000  # 1.2 MB of steps: several compare chunks
+    steps = np.arange(0, 2 * n, 2, dtype=np.uint32)
+    late = steps.copy()
+    late[200_000:] += 1  # differs past the first chunks
+    last = steps.copy()
+    last[-1] += 1  # differs in its last item only
+    rng = np.random.default_rng(0)
+    vals = {k: rng.random(n, dtype=np.float32) for k in "abcde"}
+    cols = {"a": (steps, vals["a"]), "b": (steps, vals["b"]), "c": (late, vals["c"]),
+            "d": (last, vals["d"]), "e": (steps, vals["e"])}  # fmt: skip
+    raw_run(tmp_path / "r", cols)
+    with cm.Reader(tmp_path / "r") as r:
+        got_steps, got = r.table(["a", "b", "e"])
+        assert np.array_equal(got_steps, steps)
+        for k in "abe":
+            assert np.array_equal(got[k], vals[k])
+        for k, other in (("c", late), ("d", last)):
+            both, pair = r.table(["a", k])
+            want = np.intersect1d(steps, other)
+            assert np.array_equal(both, want)
+            assert np.array_equal(pair["a"], vals["a"][np.searchsorted(steps, want)])
+            assert np.array_equal(pair[k], vals[k][np.searchsorted(other, want)])
+            assert np.array_equal(r.metric(k)[0], other)  # its own steps, whole
+        got_steps[:] = 0  # the caller's array: later reads do not see it
+        assert np.array_equal(r.table(["a", "b"])[0], steps)

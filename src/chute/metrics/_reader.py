@@ -265,8 +265,10 @@ class Reader(Closing):
             if sel.kind == "value":
                 raise ValueError("vstart/vstop need on=<metric name>")
             window = sel if sel.kind == "step" else Selection()
+            like = None  # columns of one cadence share one steps array, read once
             for n in cols:
-                read[n] = self._read(n, window)
+                read[n] = self._read(n, window, like)
+                like = read[n][0]
         else:
             read[on] = self._read(on, sel)
             on_steps = read[on][0]
@@ -401,16 +403,20 @@ class Reader(Closing):
         return size // itemsize, size % itemsize > 0
 
     def _col_extent(
-        self, name: str, code: str, entry: dict[str, Any] | None
+        self,
+        name: str,
+        code: str,
+        entry: dict[str, Any] | None,
+        like: np.ndarray[Any, Any] | None = None,
     ) -> tuple[int, np.ndarray[Any, Any]]:
-        """(columnar row count, their steps)."""
+        """(columnar row count, their steps: `like` itself where the index file holds it)."""
         if entry is None:
             return 0, _EMPTY_STEPS
         nvals, torn = self._value_rows(name, code)
         spec = entry.get("indices", "indices")
         if spec == "indices":
             torn = torn or self._size(name, F.index_file(name)) % F.INDEX_DTYPE.itemsize > 0
-            steps = self._src.array(F.index_file(name), F.INDEX_DTYPE, 0, -1)
+            steps = self._src.array(F.index_file(name), F.INDEX_DTYPE, 0, -1, like)
         else:
             steps = self._expand(spec, nvals)
         n = self._agree(name, code, nvals, len(steps), torn)
@@ -484,19 +490,19 @@ class Reader(Closing):
             raise _Stale
 
     def _read(
-        self, name: str, sel: Selection
+        self, name: str, sel: Selection, like: np.ndarray[Any, Any] | None = None
     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], str]:
-        out = self._read_unchecked(name, sel)
+        out = self._read_unchecked(name, sel, like)
         self._check_layout(name, self._entry(name)[1])
         return out
 
     def _read_unchecked(
-        self, name: str, sel: Selection
+        self, name: str, sel: Selection, like: np.ndarray[Any, Any] | None = None
     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], str]:
         code, entry = self._entry(name)
         if sel.kind == "index":
             return self._read_positions(name, code, entry, sel)
-        n, steps = self._col_extent(name, code, entry)
+        n, steps = self._col_extent(name, code, entry, like)
         tail = self._hot_tail(name, int(steps[-1]) if n else -1)
         if tail:
             steps = np.concatenate([steps, np.array([s for s, _ in tail], F.INDEX_DTYPE)])

@@ -60,8 +60,16 @@ class Source(ABC):
     def read(self, rel: str, offset: int = 0, length: int = -1) -> bytes | None:
         """Bytes [offset, offset+length) of a file (all when length < 0), None when absent."""
 
-    def array(self, rel: str, dtype: np.dtype[Any], start: int, count: int) -> np.ndarray[Any, Any]:
-        """`count` items of `dtype` from item `start`; a missing file reads as empty."""
+    def array(
+        self,
+        rel: str,
+        dtype: np.dtype[Any],
+        start: int,
+        count: int,
+        like: np.ndarray[Any, Any] | None = None,
+    ) -> np.ndarray[Any, Any]:
+        """`count` items of `dtype` from item `start`; a missing file reads as empty. Where
+        those items equal the array `like`, a source may return `like` itself."""
         data = self.read(rel, start * dtype.itemsize, count * dtype.itemsize)
         if data is None:
             return np.zeros(0, dtype)
@@ -129,18 +137,54 @@ class DirSource(Source):
         finally:
             os.close(fd)
 
-    def array(self, rel: str, dtype: np.dtype[Any], start: int, count: int) -> np.ndarray[Any, Any]:
+    def array(
+        self,
+        rel: str,
+        dtype: np.dtype[Any],
+        start: int,
+        count: int,
+        like: np.ndarray[Any, Any] | None = None,
+    ) -> np.ndarray[Any, Any]:
         fd = self._open(rel)
         if fd is None:
             return np.zeros(0, dtype)
         try:
             offset = start * dtype.itemsize
             avail = max(0, (os.fstat(fd).st_size - offset) // dtype.itemsize)
-            out = np.empty(avail if count < 0 else min(count, avail), dtype)
-            got = _pread_into(fd, out.view(np.uint8).data, offset)
+            n = avail if count < 0 else min(count, avail)
+            same = 0
+            if like is not None and like.dtype == dtype and len(like) == n:
+                same = _matching_prefix(fd, like, offset)
+                if same == n:
+                    return like  # read into a small buffer, not into n fresh items
+            out = np.empty(n, dtype)
+            if same and like is not None:
+                out[:same] = like[:same]
+            got = same * dtype.itemsize
+            got += _pread_into(fd, out.view(np.uint8)[got:].data, offset + got)
             return out[: got // dtype.itemsize]
         finally:
             os.close(fd)
+
+
+#: Bytes read at a time to compare a file with an array (64 pages of scratch memory).
+_COMPARE_CHUNK = 256 * 1024
+
+
+def _matching_prefix(fd: int, like: np.ndarray[Any, Any], offset: int) -> int:
+    """How many leading items of `like` the file holds from `offset`, compared a chunk at a
+    time (a column's steps equal to the last column's cost no allocation of their own)."""
+    items = max(1, _COMPARE_CHUNK // like.dtype.itemsize)
+    chunk = np.empty(min(items, len(like)), like.dtype)
+    done = 0
+    while done < len(like):
+        n = min(len(chunk), len(like) - done)
+        got = _pread_into(fd, chunk[:n].view(np.uint8).data, offset + done * like.dtype.itemsize)
+        k = got // like.dtype.itemsize
+        if k < n or not np.array_equal(chunk[:n], like[done : done + n]):
+            return done  # from the start of this chunk: read (or compare) it afresh
+        done += n
+    return done
 
 
 def _pread_into(fd: int, buf: memoryview, offset: int) -> int:
@@ -227,8 +271,15 @@ class ZipSource(Source):
         end = start + size if length < 0 else min(start + size, start + offset + length)
         return self._map[start + offset : end]
 
-    def array(self, rel: str, dtype: np.dtype[Any], start: int, count: int) -> np.ndarray[Any, Any]:
-        loc = self._members.get(rel)
+    def array(
+        self,
+        rel: str,
+        dtype: np.dtype[Any],
+        start: int,
+        count: int,
+        like: np.ndarray[Any, Any] | None = None,
+    ) -> np.ndarray[Any, Any]:
+        loc = self._members.get(rel)  # read in place: `like` would save nothing
         if loc is None:
             return super().array(rel, dtype, start, count)
         base, size = loc
