@@ -232,6 +232,14 @@ def bench_reader(tmp: str, rows: int, repeats: int) -> list[tuple[str, float, fl
                 t_new = timer(lambda op=op: op(new), n)
                 out.append((label + " (ms)", t_ref * 1e3, t_new * 1e3, target))
                 print(out[-1], flush=True)
+            if where == "dir, .indices":  # table()'s floor: the six arrays it returns, read
+                pdir = os.path.join(path, "plattli")
+                files = [(os.path.join(pdir, f"{m}.f32"), "<f4") for m in names]
+                files.append((os.path.join(pdir, "m0.indices"), "<u4"))
+                t_six = best_of(lambda fs=files: [np.fromfile(f, dtype=d) for f, d in fs], repeats)
+                t_table = best_of(lambda new=new: new.table(names), repeats)
+                out.append((f"table() of 5 metrics vs np.fromfile of the 6 files it returns, "
+                            f"{where} (ms)", t_six * 1e3, t_table * 1e3, "-"))  # fmt: skip
             t_metric = best_of(lambda new=new: new.metric("m0"), repeats)
             out.append(
                 (
