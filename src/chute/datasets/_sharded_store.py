@@ -478,15 +478,17 @@ class ShardedStore(Closing):
         if idx.size < 2:
             return False
         shard = np.searchsorted(self._starts, idx, side="right") - 1
-        touched = np.unique(shard)
+        hit = np.bincount(shard, minlength=len(self._starts)) > 0
+        touched = np.flatnonzero(hit)
+        numbers = touched.tolist()
         try:
-            self._open_shards(touched.tolist())
+            self._open_shards(numbers)
         except RemoteError:
             return False  # the per-shard path names the read that met it
-        views = [self.shard(s).in_place() for s in touched.tolist()]
+        views = [self.shard(s).in_place() for s in numbers]
         if None in views:
             return False
-        which = np.searchsorted(touched, shard).astype(np.int32)
+        which = (np.cumsum(hit, dtype=np.int32) - 1)[shard]  # shard -> its place in `stores`
         local = idx - self._starts[shard]
         stores = [view.where for view in views if view]
         try:
