@@ -68,6 +68,21 @@ def test_convert_and_read_back_through_chute_and_ray(local_ray: None, tmp_path: 
     batches = list(chute.ray.read_dataset(out, ["label"]).iter_batches(batch_size=64))
     assert np.array_equal(np.concatenate([b["label"] for b in batches]), LABELS)
     assert set(batches[0]) == {"label"}
+    # by default one read task a CPU of the local Ray (2), not Ray's ~200 split blocks
+    fitted = chute.ray.read_dataset(out).materialize()
+    assert fitted.num_blocks() == 2
+    assert [int(r["index"]) for r in fitted.take_all()] == list(range(N))
+
+
+def test_read_tasks_are_one_a_cpu_but_never_under_a_block(tmp_path: Path) -> None:
+    from chute.ray._source import BLOCK_BYTES, ChuteDatasource
+
+    source = ChuteDatasource.__new__(ChuteDatasource)  # sized by hand: no files needed
+    source.records, source.row_bytes = 20_000, 12_288  # 234 MiB: four 64 MiB blocks
+    assert BLOCK_BYTES == 64 << 20
+    assert [source.fitting_tasks(c) for c in (1, 2, 4, 8)] == [4, 4, 4, 8]
+    source.records = 3
+    assert source.fitting_tasks(8) == 3 and source.fitting_tasks(1) == 1
 
 
 def test_a_retried_task_leaves_no_duplicate_or_half_shard(local_ray: None, tmp_path: Path) -> None:

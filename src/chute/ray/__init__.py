@@ -164,9 +164,11 @@ def read_dataset(
     """A converted dataset as a ``ray.data.Dataset``, in the dataset's row order.
 
     Each read task is one contiguous range of record indices (``override_num_blocks`` of
-    them, or as many as Ray picks); ``read_args`` go to ``ray.data.read_datasource``
-    (``concurrency``, ``num_cpus``, ``ray_remote_args`` ...). Iterating in order needs
-    Ray's ``DataContext.execution_options.preserve_order = True``, as for any source.
+    them; by default one a CPU of the cluster, fewer where a task would read less than
+    64 MiB of decoded records: each task opens every shard it reads); ``read_args``
+    go to ``ray.data.read_datasource`` (``concurrency``, ``num_cpus``, ``ray_remote_args``
+    ...). Iterating in order needs Ray's ``DataContext.execution_options.preserve_order =
+    True``, as for any source.
 
     Skipped as a doctest: it starts a Ray cluster (``tests/ray`` runs it on a local one).
 
@@ -180,4 +182,7 @@ def read_dataset(
     from chute.ray._source import ChuteDatasource
 
     source = ChuteDatasource(Path(path), columns)
+    if override_num_blocks is None:
+        cpus = int(ray.cluster_resources().get("CPU", 1)) if ray.is_initialized() else 1  # type: ignore[no-untyped-call]
+        override_num_blocks = source.fitting_tasks(cpus)
     return ray.data.read_datasource(source, override_num_blocks=override_num_blocks, **read_args)

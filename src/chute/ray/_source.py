@@ -21,8 +21,9 @@ from ray.data.datasource import Datasource, ReadTask
 from chute.datasets import Dataset
 from chute.ray._layout import open_columns, read_columns
 
-#: The decoded size a read task aims for in each block it yields.
-_BLOCK_BYTES = 64 << 20
+#: The decoded size a read task aims for in each block it yields, and the least it is given
+#: where Ray would pick the number of tasks (each task opens every shard of its columns).
+BLOCK_BYTES = 64 << 20
 
 
 class ChuteDatasource(Datasource):  # type: ignore[misc]
@@ -48,12 +49,19 @@ class ChuteDatasource(Datasource):  # type: ignore[misc]
     def estimate_inmemory_data_size(self) -> int:
         return self.records * self.row_bytes
 
+    def fitting_tasks(self, cpus: int) -> int:
+        """How many read tasks to make where the caller names none: one a CPU, fewer where
+        a task would read less than a block. Ray's own guess (some 200 tasks, then each
+        task's blocks split to match) ran a 234 MiB dataset at 112 MiB/s, 4 tasks at 1064."""
+        fit = -(-self.records * self.row_bytes // BLOCK_BYTES)
+        return max(1, min(self.records, max(cpus, fit)))
+
     def get_read_tasks(
         self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
     ) -> list[Any]:
         n = max(1, min(int(parallelism), self.records))
         edges = np.linspace(0, self.records, n + 1).astype(np.int64)
-        rows_per_block = max(1, _BLOCK_BYTES // max(1, self.row_bytes))
+        rows_per_block = max(1, BLOCK_BYTES // max(1, self.row_bytes))
         extra = {} if per_task_row_limit is None else {"per_task_row_limit": per_task_row_limit}
         tasks = []
         for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
