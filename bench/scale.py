@@ -171,6 +171,9 @@ def ray_part(
             f"it over them), so a Ray write can reach at best {base / (base + floor):.2f}x one "
             "process (its time plus Ray's share).",
         ]
+        ray_write = base / wtimes[f"chute.ray.write_dataset ({workers} Ray workers)"]
+        lines += ["", f"Target: chute.ray.write_dataset >= 0.9x one process: {ray_write:.2f}x, "
+                  f"{'met' if ray_write >= 0.9 else 'NOT met'}."]  # fmt: skip
         chart(
             plot,
             "write",
@@ -235,6 +238,9 @@ def ray_part(
             f"| the same bytes made (zeros) in {blocks} Ray tasks, then `iter_batches({batch})` "
             f"(no read at all) | {mib / t_made:.0f} | {n / t_made:.0f} | {t_made / t_ray:.2f}x |",
         ]
+        share = t_seq / t_ray
+        lines += ["", f"Target: chute.ray.read_dataset >= 0.3x chute's sequential read: "
+                  f"{share:.2f}x, {'met' if share >= 0.3 else 'NOT met'}."]  # fmt: skip
         chart(
             plot,
             "read",
