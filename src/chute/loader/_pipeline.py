@@ -71,8 +71,9 @@ def check_timeout(timeout: object) -> float | None:
 _CALLER = threading.local()
 
 #: A step built in less than this many seconds goes to a worker with its next neighbours
-#: (up to ``prefetch // num_threads`` steps a task): waking a worker and handing its result
-#: back costs some 15 us, as much as building a batch of token windows.
+#: (``prefetch // (num_threads + 1)`` steps a task, so every worker and the consumer can each
+#: hold one run): waking a worker and handing its result back costs some 15 us here, as much
+#: as building a batch of token windows.
 CHEAP_STEP = 200e-6
 
 
@@ -139,7 +140,7 @@ class Pipeline(Closing):
         }
         self._pending: deque[_Run] = deque()
         self._next_submit = 0
-        self._expect: int | None = 0  # the step the queue holds next (None: none queued)
+        self._expect: int | None = 0  # the step the queue holds next (None: a new pool)
         self._step_cost = math.inf  # seconds a step took to build, lately (inf: unknown)
         self._pool: Workers | ProcessPool | None = None
         self._closed = False
