@@ -314,3 +314,23 @@ def test_packed_order_drawn_a_block_at_a_time_is_the_streams_order(corpus) -> No
         for step in (0, 1, 8192 // batch, 8192 // batch + 1, 10**9):
             want = packed.order(sampler.seed, step * batch, batch)
             assert np.array_equal(sampler.indices(step), want), (batch, step)
+
+
+def test_window_and_sequence_numbers_must_be_integers(
+    corpus: tuple[TokenDataset, list[np.ndarray]],
+) -> None:
+    """Floats, booleans and strings are refused as record indices are (no silent truncation
+    of 0.5 to window 0); integer arrays of any shape or stride are read."""
+    from chute import mix
+
+    ds, _docs = corpus
+    windows, packed = TokenWindows(ds, 16), PackedTokens(ds, 16, group=4)
+    mixture = mix({"a": windows, "b": TokenWindows(ds, 16)}, {"a": 1, "b": 1})
+    for stream in (windows, packed, mixture):
+        for bad in ([0.5], [True, False], ["1"]):
+            with pytest.raises(TypeError, match="integers"):
+                stream.__getitems__(bad)  # type: ignore[arg-type]
+        strided = np.arange(8, dtype=np.uint64)[::2]
+        want = stream.__getitems__(np.array([0, 2, 4, 6]))["tokens"]
+        assert np.array_equal(stream.__getitems__(strided)["tokens"], want)
+        assert stream.__getitems__(np.array([[3], [1]]))["tokens"].shape[0] == 2

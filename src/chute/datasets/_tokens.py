@@ -40,7 +40,7 @@ from chute.errors import (
     RecordIndexError,
     StoreKindError,
 )
-from chute.store._internal import MAX_RECORD, InPlace
+from chute.store._internal import MAX_RECORD, InPlace, as_indices
 
 __all__ = [
     "FINAL",
@@ -52,6 +52,7 @@ __all__ = [
     "TokenRead",
     "max_record_tokens",
     "native_read",
+    "positions_of",
     "ranges",
     "read_packed_rows",
     "read_token_spans",
@@ -430,6 +431,16 @@ def read_token_spans(
     if docs is None or counts is None:
         return TokenRead(tokens, np.empty(0, np.int64), np.zeros(lo.size, np.int64))
     return TokenRead(tokens, np.frombuffer(docs, np.int64), counts)
+
+
+def positions_of(indices: Any) -> npt.NDArray[Any]:
+    """Window or sequence numbers as a flat, C-contiguous integer array; booleans, floats
+    and other non-integers are a TypeError, as they are for records (`as_indices`).
+
+    >>> positions_of([[3], [1]]).tolist()
+    [3, 1]
+    """
+    return np.ascontiguousarray(as_indices(indices).reshape(-1))
 
 
 def read_packed_rows(

@@ -36,6 +36,7 @@ import numpy.typing as npt
 from chute._native import fill as _fill
 from chute._native import sampler_codes
 from chute._util.checks import check_int
+from chute.datasets._tokens import positions_of
 from chute.loader._sampler import DrawBlocks, SamplerMode, StepSampler
 from chute.loader._streams import Ordered, Stream, as_streams, check_streams
 from chute.loader._tokens import TokenWindows
@@ -199,7 +200,7 @@ class Mixture:
     def __getitems__(self, indices: npt.NDArray[Any]) -> Any:
         if self._windows is not None:
             return TokenWindows.read_mixed(self._windows, self.offsets, indices)
-        positions = np.asarray(indices, np.int64).reshape(-1)
+        positions = positions_of(indices).astype(np.int64)
         source = np.searchsorted(self.offsets, positions, side="right") - 1
         parts: list[tuple[npt.NDArray[np.intp], Any]] = []
         for s in np.unique(source).tolist():

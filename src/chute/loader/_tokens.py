@@ -26,6 +26,7 @@ from chute.datasets import TokenDataset
 from chute.datasets._tokens import (
     Packing,
     native_read,
+    positions_of,
     ranges,
     read_packed_rows,
     read_token_spans,
@@ -134,7 +135,7 @@ class TokenWindows:
         range. With ``offsets``, the batch's ``"source"`` is each window's stream."""
         first = streams[0]
         seq_len, width = first.seq_len, first.seq_len + 1
-        positions = np.asarray(indices).reshape(-1)
+        positions = positions_of(indices)
         if positions.dtype != np.uint64:  # a negative one becomes one past every range
             positions = positions.astype(np.int64).view(np.uint64)
         n = positions.size
@@ -334,7 +335,7 @@ class PackedTokens:
         return pack_groups(start, stop, bins, begins, counts, self.seq_len)
 
     def __getitems__(self, indices: npt.NDArray[Any]) -> Batch:
-        rows = np.ascontiguousarray(indices).reshape(-1)
+        rows = positions_of(indices)
         if rows.dtype not in _WORDS:
             rows = rows.astype(np.int64)
         # one bound for both ends: a negative row read as uint64 is past any length
