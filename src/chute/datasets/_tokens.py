@@ -433,24 +433,28 @@ def read_token_spans(
     return TokenRead(tokens, np.frombuffer(docs, np.int64), counts)
 
 
-def positions_of(indices: Any) -> npt.NDArray[Any]:
-    """Window or sequence numbers as a flat, C-contiguous integer array; booleans, floats
-    and other non-integers are a TypeError, as they are for records (`as_indices`).
+def positions_of(indices: Any) -> npt.NDArray[np.uint64]:
+    """Window or sequence numbers as a flat, C-contiguous uint64 array, as the compiled
+    core takes them: a negative one becomes one past every range. Booleans, floats and other
+    non-integers are a TypeError, as they are for records (`as_indices`).
 
-    >>> positions_of([[3], [1]]).tolist()
-    [3, 1]
+    >>> positions_of([[3], [-1]]).tolist()
+    [3, 18446744073709551615]
     """
-    return np.ascontiguousarray(as_indices(indices).reshape(-1))
+    flat = as_indices(indices).reshape(-1)
+    if flat.dtype != np.uint64:
+        flat = flat.astype(np.int64).view(np.uint64)
+    return np.ascontiguousarray(flat)
 
 
 def read_packed_rows(
     dataset: TokenDataset,
     tables: dict[int, bytes],
-    sequences: npt.NDArray[np.integer[Any]],
+    sequences: npt.NDArray[np.uint64],
     group: int,
     seq_len: int,
 ) -> dict[str, npt.NDArray[Any]]:
-    """Sequence ``q`` of ``sequences`` (64-bit integers) is row ``q % group`` of the packing
+    """Sequence ``q`` of ``sequences`` (`positions_of`) is row ``q % group`` of the packing
     ``tables[q // group]`` (made by `chute._native.pack_groups`); the rows as ``tokens``,
     ``segment_ids`` and ``positions`` of ``(n, seq_len)``, in one call of the compiled core
     (a key missing from ``tables`` is a KeyError, a negative sequence an IndexError)."""

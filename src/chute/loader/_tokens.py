@@ -39,7 +39,6 @@ __all__ = ["PackedTokens", "TokenWindows", "varlen"]
 
 #: The most lanes a packed stream reads side by side (each keeps its group's sequences).
 _MOST_LANES = 4096
-_WORDS = (np.dtype(np.int64), np.dtype(np.uint64))  # sequence numbers the core takes as they are
 
 
 def _check_tokens(tokens: object, what: str) -> TokenDataset:
@@ -136,8 +135,6 @@ class TokenWindows:
         first = streams[0]
         seq_len, width = first.seq_len, first.seq_len + 1
         positions = positions_of(indices)
-        if positions.dtype != np.uint64:  # a negative one becomes one past every range
-            positions = positions.astype(np.int64).view(np.uint64)
         n = positions.size
         tokens = np.empty((n, width), first.tokens.dtype)
         source = None if offsets is None else np.empty(n, np.int16)
@@ -335,11 +332,8 @@ class PackedTokens:
         return pack_groups(start, stop, bins, begins, counts, self.seq_len)
 
     def __getitems__(self, indices: npt.NDArray[Any]) -> Batch:
-        rows = positions_of(indices)
-        if rows.dtype not in _WORDS:
-            rows = rows.astype(np.int64)
-        # one bound for both ends: a negative row read as uint64 is past any length
-        if rows.size and int(rows.view(np.uint64).max()) >= self._length:
+        rows = positions_of(indices)  # a negative one is past any length
+        if rows.size and int(rows.max()) >= self._length:
             raise IndexError(f"a sequence outside [0, {self._length})")
         try:  # every group packed already: the cache itself is the call's table of tables
             return read_packed_rows(self.tokens, self._packed, rows, self.group, self.seq_len)
