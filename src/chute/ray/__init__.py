@@ -164,8 +164,8 @@ def read_dataset(
     """A converted dataset as a ``ray.data.Dataset``, in the dataset's row order.
 
     Each read task is one contiguous range of record indices (``override_num_blocks`` of
-    them; by default one a CPU of the cluster, fewer where a task would read less than
-    64 MiB of decoded records: each task opens every shard it reads); ``read_args``
+    them; by default one a 64 MiB block of decoded records and at least one a CPU of the
+    cluster: each task opens every shard it reads); ``read_args``
     go to ``ray.data.read_datasource`` (``concurrency``, ``num_cpus``, ``ray_remote_args``
     ...). Iterating in order needs Ray's ``DataContext.execution_options.preserve_order =
     True``, as for any source.

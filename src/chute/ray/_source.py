@@ -21,8 +21,8 @@ from ray.data.datasource import Datasource, ReadTask
 from chute.datasets import Dataset
 from chute.ray._layout import open_columns, read_columns
 
-#: The decoded size a read task aims for in each block it yields, and the least it is given
-#: where Ray would pick the number of tasks (each task opens every shard of its columns).
+#: The decoded size a read task aims for in each block it yields, and the share of the
+#: dataset each default task gets (each task opens every shard of its columns).
 BLOCK_BYTES = 64 << 20
 
 
@@ -50,9 +50,10 @@ class ChuteDatasource(Datasource):  # type: ignore[misc]
         return self.records * self.row_bytes
 
     def fitting_tasks(self, cpus: int) -> int:
-        """How many read tasks to make where the caller names none: one a CPU, fewer where
-        a task would read less than a block. Ray's own guess (some 200 tasks, then each
-        task's blocks split to match) ran a 234 MiB dataset at 112 MiB/s, 4 tasks at 1064."""
+        """How many read tasks to make where the caller names none: one a block of the
+        dataset, and at least one a CPU (at most one a record). Ray's own guess (some 200
+        tasks, then each task's blocks split to match) ran a 234 MiB dataset at 112 MiB/s,
+        4 tasks at 1064."""
         fit = -(-self.records * self.row_bytes // BLOCK_BYTES)
         return max(1, min(self.records, max(cpus, fit)))
 
