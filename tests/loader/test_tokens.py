@@ -334,3 +334,14 @@ def test_window_and_sequence_numbers_must_be_integers(
         want = stream.__getitems__(np.array([0, 2, 4, 6]))["tokens"]
         assert np.array_equal(stream.__getitems__(strided)["tokens"], want)
         assert stream.__getitems__(np.array([[3], [1]]))["tokens"].shape[0] == 2
+
+
+def test_packed_rows_past_the_stream_are_index_errors_cached_or_not(tmp_path) -> None:
+    docs = [np.full(n, n, np.uint16) for n in (5, 9, 3, 12, 7, 4)]
+    packed = PackedTokens(write_tokens(tmp_path / "c", docs), seq_len=4, group=3)
+    last = len(packed) - 1
+    for _ in range(2):  # the second time every group is packed and kept
+        for bad in ([len(packed)], [0, last + 1], [-1], [10**12]):
+            with pytest.raises(IndexError, match=rf"a sequence outside \[0, {len(packed)}\)"):
+                packed.__getitems__(np.array(bad))
+        assert packed.__getitems__(np.arange(len(packed)))["tokens"].shape == (len(packed), 4)

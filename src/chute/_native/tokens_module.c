@@ -274,6 +274,7 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
     PyObject **tables = NULL;
     const int64_t **row_starts = NULL, **row_lengths = NULL;
     int64_t *row_count = NULL, *lo = NULL, *len = NULL, *dest = NULL;
+    int32_t *ramp = NULL;
     size_t n = 0, kept = 0;
     if (group < 1) {
         PyErr_SetString(PyExc_ValueError, "group must be positive");
@@ -336,6 +337,12 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
+    /* a piece's positions are the first l numbers of this ramp (one copy, not a loop) */
+    if (!(ramp = malloc((width ? width : 1) * sizeof *ramp))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t j = 0; j < width; j++) ramp[j] = (int32_t)j;
     tok_args a = {
         .sources = &source,
         .nsources = 1,
@@ -355,11 +362,10 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
         int32_t *row_pos = (int32_t *)positions.buf + k * width;
         uint64_t at = 0;
         for (int64_t p = 0; p < row_count[k]; p++) {
-            int64_t l = row_lengths[k][p];
-            for (int64_t j = 0; j < l; j++) {
-                row_ids[at + j] = (int32_t)(p + 1);
-                row_pos[at + j] = (int32_t)j;
-            }
+            size_t l = (size_t)row_lengths[k][p];
+            int32_t id = (int32_t)(p + 1), *to = row_ids + at;
+            for (size_t j = 0; j < l; j++) to[j] = id;
+            memcpy(row_pos + at, ramp, l * sizeof *ramp);
             lo[sp] = row_starts[k][p];
             len[sp] = l;
             dest[sp++] = (int64_t)(k * width + at);
@@ -375,6 +381,7 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
     result = Py_BuildValue("inLLOK", a.code, (Py_ssize_t)a.span, (long long)a.record, a.detail,
                            Py_None, (unsigned long long)a.unchecked);
 done:
+    free(ramp);
     free(lo);
     free(len);
     free(dest);

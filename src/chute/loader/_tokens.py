@@ -333,12 +333,11 @@ class PackedTokens:
 
     def __getitems__(self, indices: npt.NDArray[Any]) -> Batch:
         rows = positions_of(indices)  # a negative one is past any length
-        if rows.size and int(rows.max()) >= self._length:
-            raise IndexError(f"a sequence outside [0, {self._length})")
         try:  # every group packed already: the cache itself is the call's table of tables
             return read_packed_rows(self.tokens, self._packed, rows, self.group, self.seq_len)
-        except KeyError:
-            pass
+        except (KeyError, IndexError):  # a group not packed yet, or a row past the stream
+            if rows.size and int(rows.max()) >= self._length:
+                raise IndexError(f"a sequence outside [0, {self._length})") from None
         distinct = np.unique(rows // self.group).tolist()
         tables = dict(zip(distinct, self._tables(distinct), strict=True))
         return read_packed_rows(self.tokens, tables, rows, self.group, self.seq_len)
