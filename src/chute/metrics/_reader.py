@@ -17,7 +17,7 @@ from . import _config
 from . import _format as F
 from ._dtypes import natural_code
 from ._hot import parse_rows
-from ._select import Selection, cast, select
+from ._select import Selection, cast, common_steps, same_steps, select
 from ._source import open_source
 from ._verify import (
     RunRowsCutError,
@@ -281,10 +281,10 @@ class Reader(Closing):
                 if n != on:
                     read[n] = self._read(n, window)
         common = read[cols[0]][0]
-        aligned = all(_same(common, read[n][0]) for n in cols[1:])  # same cadence: no join
+        aligned = all(same_steps(common, read[n][0]) for n in cols[1:])  # same cadence: no join
         if not aligned:
             for n in cols[1:]:
-                common = _intersect_sorted(common, read[n][0])
+                common = common_steps(common, read[n][0])
         if on == "step" and sel.kind == "index":
             common, aligned = common[slice(sel.lo, sel.hi)], False
         out = {}
@@ -586,23 +586,6 @@ class _Stale(RuntimeError):
 
     def __init__(self) -> None:
         super().__init__("the run kept changing under the read; try again")
-
-
-def _same(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
-    if a is b or (a.base is not None and a.base is b.base and a.shape == b.shape):
-        return True
-    return len(a) == len(b) and bool(np.array_equal(a, b))
-
-
-def _intersect_sorted(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """Steps in both sorted, duplicate-free step arrays."""
-    if not len(a):
-        return a
-    if not len(b):
-        return b
-    pos = np.minimum(np.searchsorted(b, a), len(b) - 1)
-    out: np.ndarray[Any, Any] = a[b[pos] == a]
-    return out
 
 
 def _objects(values: list[Any]) -> np.ndarray[Any, Any]:

@@ -1,4 +1,5 @@
-"""Range selectors (step, value, position) and checked dtype conversion of read values."""
+"""Range selectors (step, value, position), checked dtype conversion of read values, and
+the step arrays of columns read together (equal, or their common steps)."""
 
 from __future__ import annotations
 
@@ -118,3 +119,26 @@ def _check_int_target(values: np.ndarray[Any, Any], target: np.dtype[Any], name:
         return
     if lo < info.min or hi > info.max:
         raise OverflowError(f"values of {name!r} do not fit {target}")
+
+
+def same_steps(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> bool:
+    """Whether two step arrays are equal (views of the same memory are, without a compare)."""
+    if a is b:
+        return True
+    if len(a) != len(b):
+        return False
+    place = (a.dtype, a.strides, a.__array_interface__["data"][0])
+    return place == (b.dtype, b.strides, b.__array_interface__["data"][0]) or bool(
+        np.array_equal(a, b)
+    )
+
+
+def common_steps(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Steps in both sorted, duplicate-free step arrays."""
+    if not len(a):
+        return a
+    if not len(b):
+        return b
+    pos = np.minimum(np.searchsorted(b, a), len(b) - 1)
+    out: np.ndarray[Any, Any] = a[b[pos] == a]
+    return out
