@@ -19,6 +19,7 @@ import itertools
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +65,13 @@ def gather(
     for read in readers.values():  # warm the page cache and the shard handles
         for idx in plan[:10]:
             read(idx)
-    times = {name: float("inf") for name in readers}
-    for _ in range(rounds):
+    probes = _core_alone(one, many, plan)
+    times = {name: float("inf") for name in [*readers, *probes]}
+    for _ in range(rounds):  # the readers and the core's call alone, side by side
         for name, read in readers.items():
             times[name] = min(times[name], timed(lambda r=read: consume(r, plan), 1))
+        for name, probe in probes.items():
+            times[name] = min(times[name], timed(probe, 1))
     mib = batches * batch * images[0].nbytes / MiB
     base = times["one store"]
     lines = [
@@ -79,11 +83,20 @@ def gather(
         "| layout | gather MiB/s | per batch | vs one store |",
         "|---|---:|---:|---:|",
     ]
-    for name, t in times.items():
+    for name in readers:
+        t = times[name]
         lines.append(f"| {name} | {mib / t:.0f} | {t / batches * 1e3:.2f} ms | {base / t:.2f}x |")
     shards = base / times["16 shards"]
     lines += ["", f"Target: 16 shards >= 0.95x one store: {shards:.2f}x, "
               f"{'met' if shards >= 0.95 else 'NOT met'}."]  # fmt: skip
+    n, core = len(plan), [times[name] for name in probes]
+    python = [(times[name] - c) / n * 1e6 for name, c in zip(readers, core, strict=True)]
+    lines += ["", f"Where the 16-shard batch's extra time goes: the compiled core's call alone "
+              f"takes {core[0] / n * 1e3:.3f} ms a batch over the one store and "
+              f"{core[1] / n * 1e3:.3f} ms over the 16 shards' stores ({core[0] / core[1]:.2f}x); "
+              f"the Python around it (which shard each index is in, each touched shard's "
+              f"snapshot, and its generation checked after the read) takes {python[0]:.0f} us a "
+              f"batch for one store and {python[1]:.0f} us for 16 shards."]  # fmt: skip
     one.close()
     many.close()
     chart(
@@ -94,6 +107,36 @@ def gather(
         "one store",
     )
     return lines
+
+
+def _core_alone(one: Any, many: Any, plan: list[np.ndarray]) -> dict[str, Callable[[], None]]:
+    """The compiled core's one call alone over the one store and over the 16 shards' stores
+    (which shard and which record each index is, worked out beforehand; a fresh batch array
+    each call, as the readers return): what the 16-shard gather costs past the core is the
+    Python around that call. A probe of internals, not an API."""
+    from chute._native import gather_many
+
+    sharded = many._store  # the dataset's ShardedStore
+    starts = np.concatenate([[0], np.cumsum(sharded.shard_lengths)])
+    wheres = [sharded.shard(s).in_place().where for s in range(len(starts) - 1)]
+    single = [one._store.in_place().where]
+    shape = one[0].shape
+    size = int(np.prod(shape))
+    split = []
+    for idx in plan:
+        which = (np.searchsorted(starts, idx, side="right") - 1).astype(np.int32)
+        split.append((np.zeros(len(idx), np.int32), idx, which, idx - starts[which]))
+
+    def core(stores: list[Any], sharded: bool) -> None:
+        for zero, idx, which, local in split:
+            batch = np.empty((len(idx), *shape), np.uint8)
+            if sharded:
+                gather_many(stores, which, local, batch, size, None, 2)
+            else:
+                gather_many(stores, zero, idx, batch, size, None, 2)
+
+    return {"core, one store": lambda: core(single, False),
+            "core, 16 shards": lambda: core(wheres, True)}  # fmt: skip
 
 
 def ray_part(
@@ -286,7 +329,9 @@ def main() -> None:
         f"{cores} cores, Python {sys.version.split()[0]}. Ratios are within one run.",
         "",
     ]
-    lines += gather(images, args.batches, args.batch, args.rounds, args.plot)
+    # (a) compares two reads within some 5% of each other; a round lasts a tenth of a
+    # second, so it takes three times the rounds of the others to see past this machine's noise
+    lines += gather(images, args.batches, args.batch, 3 * args.rounds, args.plot)
     if not args.no_ray:
         lines += ray_part(images, args.workers, args.rounds, args.batch, args.plot)
     text = "\n".join(lines) + "\n"

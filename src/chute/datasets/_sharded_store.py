@@ -485,20 +485,22 @@ class ShardedStore(Closing):
             self._open_shards(numbers)
         except RemoteError:
             return False  # the per-shard path names the read that met it
-        views = [self.shard(s).in_place() for s in numbers]
+        stores = self._stores  # None: a shard not open yet, which shard() opens
+        views = [(self.shard(s) if stores[s] is None else stores[s]).in_place() for s in numbers]
         if None in views:
             return False
         which = (np.cumsum(hit, dtype=np.int32) - 1)[shard]  # shard -> its place in `stores`
         local = idx - self._starts[shard]
-        stores = [view.where for view in views if view]
+        wheres = [view.where for view in views if view]
         try:
-            code = gather_many(stores, which, local, out, stride, offsets, threads)[0]
+            code = gather_many(wheres, which, local, out, stride, offsets, threads)[0]
         except (TypeError, ValueError):  # out refused: the per-shard path says why
             return False
         for view in views:
             if view:
                 view.check()
-        self._counted(touched)
+        with self._lock:
+            self._gathers += hit[: len(self._gathers)]  # one more native gather each served
         return code == 0
 
     def _pool(self) -> ThreadPoolExecutor:

@@ -20,7 +20,10 @@ def out_problem(out: Any) -> OutBufferError | None:
     """Why a gather cannot write into ``out`` (read-only, not C-contiguous, holding Python
     objects, or no buffer at all), or None where it can."""
     if isinstance(out, np.ndarray):
-        readonly, contiguous = not out.flags.writeable, out.flags.c_contiguous
+        flags = out.flags
+        if flags.writeable and flags.c_contiguous and not out.dtype.hasobject:
+            return None  # the common case, without building the messages below
+        readonly, contiguous = not flags.writeable, flags.c_contiguous
         objects, what = out.dtype.hasobject, f"dtype {out.dtype}"
     else:
         try:
