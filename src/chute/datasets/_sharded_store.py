@@ -486,7 +486,7 @@ class ShardedStore(Closing):
         except RemoteError:
             return False  # the per-shard path names the read that met it
         stores = self._stores  # None: a shard not open yet, which shard() opens
-        views = [(self.shard(s) if stores[s] is None else stores[s]).in_place() for s in numbers]
+        views = [(self.shard(s) if (st := stores[s]) is None else st).in_place() for s in numbers]
         if None in views:
             return False
         which = (np.cumsum(hit, dtype=np.int32) - 1)[shard]  # shard -> its place in `stores`
