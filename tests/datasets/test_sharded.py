@@ -18,6 +18,7 @@ from chute import (
     IncompleteDatasetError,
     RaggedDataset,
     RecordStore,
+    StoreChangedError,
     write_dataset,
     write_ragged,
 )
@@ -338,7 +339,7 @@ def test_a_record_of_another_size_in_a_shard_is_refused_in_a_batch(tmp_path: Pat
 _HOSTILE_MANY = """
 import numpy as np, sys
 from chute import Dataset
-from chute._native import gather_many
+from chute._native import first_moved, gather_many
 ds = Dataset(sys.argv[1])
 store = ds.store
 store._open_shards(range(3))
@@ -358,15 +359,22 @@ calls = [
     lambda: gather_many(w, i4(0, 1), i8(0, 1), out, 0, np.array([0, 10**9], np.uint64), 1),
     lambda: gather_many(w, i4(0, 1), i8(0, 1), np.empty(4, object), 16, None, 1),
     lambda: gather_many([w[0][:3]], i4(0, 0), i8(0, 1), out, 16, None, 1),  # not a store
+    lambda: gather_many([5], i4(0, 0), i8(0, 1), out, 16, None, 1),          # not a tuple
     lambda: gather_many([(w[0][0][:1], *w[0][1:])], i4(0, 0), i8(0, 5), out, 16, None, 1),
     lambda: gather_many(w, i4(0, 1), i8(0, 1), out, 12, None, 1),         # wrong size
 ]
+stamp = store.shard(0).in_place().stamp
+assert first_moved([stamp, stamp]) == -1 and first_moved([]) == -1  # the control
+assert first_moved([stamp, (stamp[0], stamp[1] + 1)]) == 1
+for bad in ([(stamp[0][:8], 0)], [(b"x" * 16, 0)], [(stamp[0], -1)], [(stamp[0],)], [stamp[0]],
+            [(None, 0)], [(np.empty(16, object), 0)], 5, [(stamp[0], 2**64)]):
+    calls.append(lambda bad=bad: first_moved(bad))
 for k, call in enumerate(calls):
     try:
         got = call()
     except (ValueError, TypeError, IndexError):
         continue
-    assert got[0] != 0, (k, got)
+    assert got[0] != 0 if isinstance(got, tuple) else got >= 0, (k, got)
 print("refused", len(calls))
 """
 
@@ -382,3 +390,19 @@ def test_hostile_arguments_to_the_many_store_gather_are_refused_in_a_child(
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "refused" in done.stdout
+
+
+def test_a_shard_changed_after_a_batch_read_it_in_place_is_refused(sharded: Path) -> None:
+    """The shards a batch reads where they lie are kept as the core reads them; what keeps a
+    shard compacted (or reset) since from being read is the check of its generation after
+    every read, one call for all the batch's shards."""
+    with Dataset(sharded) as ds:
+        assert np.array_equal(ds[[3, 15, 27]], ROWS[[3, 15, 27]])  # shards 0, 1, 2 kept
+        with RecordStore(sharded / "part-00001.zr", mode="a") as shard:
+            shard.compact()  # the same records, a new generation
+        assert np.array_equal(ds[[3, 27, 33]], ROWS[[3, 27, 33]])  # shard 1 untouched
+        for idx in ([3, 15, 27], [15, 16]):  # with others, and in place only
+            with pytest.raises(StoreChangedError, match="reopen"):
+                ds[idx]
+    with Dataset(sharded) as ds:  # reopened: read as before
+        assert np.array_equal(ds[[3, 15, 27]], ROWS[[3, 15, 27]])

@@ -229,6 +229,8 @@ calls = [
     lambda: read_tokens([(ds._params, (b"x" * 40, i8(0, 20, 40), i8(1, 0)))], None, i8(0),
                         i8(4), out, None, 1),                                       # not rising
     lambda: read_tokens([(ds._params, (1, 2))], None, i8(0), i8(4), out, None, 1),
+    lambda: read_tokens([5], None, i8(0), i8(4), out, None, 1),                    # not a pair
+    lambda: read_tokens([(5, src[1])], None, i8(0), i8(4), out, None, 1),          # no params
     lambda: read_tokens([], None, i8(0), i8(4), out, None, 1),
     lambda: read_tokens([src], None, i8(0), i8(4), out, np.empty(1, np.int32), 1),
     lambda: read_windows([src], None, np.array([10**9], np.uint64), 10, out, None, None, 1),

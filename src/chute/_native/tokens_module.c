@@ -29,9 +29,16 @@ static int get_source(PyObject *item, tok_source *s, store_views *sv, Py_buffer 
     PyObject *params, *where;
     unsigned long long size, nrecords, last;
     int code;
-    if (!PyArg_ParseTuple(item, "OO", &params, &where) ||
-        !PyArg_ParseTuple(params, "KKKi", &size, &nrecords, &last, &code))
+    if (!PyTuple_Check(item)) {
+        PyErr_SetString(PyExc_TypeError, "a token source is ((tokens, records, last, code), where)");
         return -1;
+    }
+    if (!PyArg_ParseTuple(item, "OO", &params, &where)) return -1;
+    if (!PyTuple_Check(params)) {
+        PyErr_SetString(PyExc_TypeError, "a token source's parameters are a tuple");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(params, "KKKi", &size, &nrecords, &last, &code)) return -1;
     if ((code != 1 && code != 2) || size == 0 || size > MAX_RECORD || nrecords == 0 ||
         last == 0 || last > size || nrecords > ((uint64_t)1 << 40)) {
         PyErr_Format(PyExc_ValueError,

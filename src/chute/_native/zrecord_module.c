@@ -334,7 +334,9 @@ static PyObject *gather_many(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < ns; i++) {
         PyObject *t = PySequence_Fast_GET_ITEM(fast, i), *table, *limits, *chunks, *ddict, *sums;
         int strict;
-        if (!PyArg_ParseTuple(t, "OOOOOp", &table, &limits, &chunks, &ddict, &sums, &strict) ||
+        if (!PyTuple_Check(t)) PyErr_SetString(PyExc_TypeError, "a store is a snapshot's tuple");
+        if (!PyTuple_Check(t) ||
+            !PyArg_ParseTuple(t, "OOOOOp", &table, &limits, &chunks, &ddict, &sums, &strict) ||
             chute_open_store(table, limits, chunks, ddict, sums, strict, &views[i], &stores[i]) < 0)
             goto done;
     }
@@ -513,6 +515,32 @@ static PyObject *load_generation(PyObject *self, PyObject *obj) {
     return PyLong_FromUnsignedLongLong(g);
 }
 
+/* first_moved(stamps) -> the position of the first (gen.chute map, generation) pair whose map
+ * holds another generation now, or -1: many stores' after-read checks in one call. */
+static PyObject *first_moved(PyObject *self, PyObject *obj) {
+    PyObject *fast = PySequence_Fast(obj, "first_moved takes a sequence of (map, generation)");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast), moved = -1;
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* every read of records before these loads */
+    for (Py_ssize_t i = 0; i < n && moved < 0; i++) {
+        PyObject *map, *item = PySequence_Fast_GET_ITEM(fast, i);
+        unsigned long long want;
+        Py_buffer b;
+        if (!PyTuple_Check(item)) PyErr_SetString(PyExc_TypeError, "a stamp is (map, generation)");
+        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "OK", &map, &want) ||
+            state_buffer(map, &b, 0) < 0) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+        uint64_t g = __atomic_load_n((const uint64_t *)((const uint8_t *)b.buf + 8),
+                                     __ATOMIC_SEQ_CST);
+        PyBuffer_Release(&b);
+        if (g != (uint64_t)want) moved = i;
+    }
+    Py_DECREF(fast);
+    return PyLong_FromSsize_t(moved);
+}
+
 static PyObject *store_generation(PyObject *self, PyObject *args) {
     PyObject *obj;
     unsigned long long g;
@@ -560,6 +588,8 @@ static PyMethodDef methods[] = {
     {"store_state", store_state, METH_VARARGS, "Publish a header's state in one step."},
     {"put_entry", put_entry, METH_VARARGS, "Write one 16-byte entry in one store."},
     {"load_generation", load_generation, METH_O, "Read gen.chute's generation."},
+    {"first_moved", first_moved, METH_O,
+     "The first (gen.chute map, generation) pair whose generation moved, or -1."},
     {"store_generation", store_generation, METH_VARARGS, "Publish a new generation."},
     {NULL, NULL, 0, NULL},
 };

@@ -40,10 +40,12 @@ from chute.errors import (
 from chute.store import RecordStore
 from chute.store._internal import (
     IndexLike,
+    InPlace,
     PartReport,
     RemoteStore,
     VerifyReport,
     as_indices,
+    check_in_place,
     check_indices,
     check_out,
     gather_shards,
@@ -105,6 +107,7 @@ class ShardedStore(Closing):
         self._executor: ThreadPoolExecutor | None = None
         self._executor_pid = 0
         self._stores: list[RecordStore | None] = [None] * len(self._manifest.shards)
+        self._placed: list[InPlace | None] = [None] * len(self._stores)  # see `_views`
         # each opened shard's record size when all its records have one (else -1): a batch
         # of that size then needs no per-batch size check before its gather
         self._uniform = np.full(len(self._stores), -1, np.int64)
@@ -481,27 +484,41 @@ class ShardedStore(Closing):
         hit = np.bincount(shard, minlength=len(self._starts)) > 0
         touched = np.flatnonzero(hit)
         numbers = touched.tolist()
-        try:
-            self._open_shards(numbers)
-        except RemoteError:
-            return False  # the per-shard path names the read that met it
-        stores = self._stores  # None: a shard not open yet, which shard() opens
-        views = [(self.shard(s) if (st := stores[s]) is None else st).in_place() for s in numbers]
-        if None in views:
+        views = self._views(numbers)
+        if views is None:
             return False
-        which = (np.cumsum(hit, dtype=np.int32) - 1)[shard]  # shard -> its place in `stores`
+        which = (np.cumsum(hit, dtype=np.int32) - 1)[shard]  # shard -> its place in `views`
         local = idx - self._starts[shard]
-        wheres = [view.where for view in views if view]
+        wheres = [view.where for view in views]
         try:
             code = gather_many(wheres, which, local, out, stride, offsets, threads)[0]
-        except (TypeError, ValueError):  # out refused: the per-shard path says why
+        except (TypeError, ValueError):  # out refused (or a shard closed): the per-shard path
             return False
-        for view in views:
-            if view:
-                view.check()
+        check_in_place(views)
         with self._lock:
             self._gathers += hit[: len(self._gathers)]  # one more native gather each served
         return code == 0
+
+    def _views(self, numbers: list[int]) -> list[InPlace] | None:
+        """Shards ``numbers`` as the compiled core reads them where they lie: each made on
+        the shard's first such read and kept (what keeps a changed shard from being read is
+        the check of its generation after every read, `check_in_place`, not a fresh
+        snapshot); None where one is not local (the per-shard path reads those)."""
+        placed = self._placed
+        views = [placed[s] for s in numbers]
+        if None not in views:
+            return cast(list[InPlace], views)
+        try:
+            self._open_shards(numbers)
+        except RemoteError:
+            return None  # the per-shard path names the read that met it
+        for s in numbers:
+            if placed[s] is None:
+                view = self.shard(s).in_place()
+                if view is None:
+                    return None
+                placed[s] = view
+        return [cast(InPlace, placed[s]) for s in numbers]
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -586,6 +603,7 @@ class ShardedStore(Closing):
         if self._ahead_pool is not None and self._ahead_pid == os.getpid():
             self._ahead_pool.shutdown(wait=False)  # a shard it opens now is closed at once
         self._ahead_pool = None
+        self._placed = [None] * len(self._stores)  # their maps go with the stores
         for store in self._stores:
             if store is not None:
                 store.close()

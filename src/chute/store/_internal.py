@@ -10,7 +10,9 @@ modules (`_format`, `_codec`, `_io` ...) can change without reaching through the
   (a wrong index is a `RecordIndexError` from every entry point).
 * `VerifyReport`, `PartReport`: what every record source's ``verify()`` returns.
 * `InPlace`: a local store's snapshot as the compiled core reads it (`RecordStore.in_place`),
-  for the token reader, which reads records where they lie instead of gathering them.
+  for the token reader, which reads records where they lie instead of gathering them, and the
+  sharded reader's one call over many shards; `check_in_place`, the after-read checks of many
+  of them at once.
 * `CODEC_NAMES`, `parse_codec`, `codec_name`: codec names as users and schema.json spell them.
 * `SCHEMA_FILE`: the name of the dataset layer's schema.json inside a store directory.
 * `sample_rows`: which rows to train a zstd dictionary on.
@@ -47,7 +49,7 @@ from chute.store._format import (
 from chute.store._index import IndexLike, as_indices, check_indices, index_bounds
 from chute.store._opening import bump_generation
 from chute.store._out import check_out, out_stride
-from chute.store._read import InPlace, PartReport, VerifyReport
+from chute.store._read import InPlace, PartReport, VerifyReport, check_in_place
 from chute.store._remote import Found, RemoteStore, gather_shards
 
 __all__ = [
@@ -67,6 +69,7 @@ __all__ = [
     "VerifyReport",
     "as_indices",
     "bump_generation",
+    "check_in_place",
     "check_indices",
     "check_out",
     "check_record_bytes",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, NotRequired, TypedDict
+from typing import Any, NamedTuple, NotRequired, TypedDict, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +41,17 @@ class InPlace(NamedTuple):
     where: tuple[Any, ...]  # `native_store`
     threads: int  # the handle's cores
     check: Callable[[], None]  # after reading: raises if the store changed meanwhile
+    stamp: tuple[Any, int] | None = None  # gen.chute's map and the snapshot's generation
+
+
+def check_in_place(views: Sequence[InPlace]) -> None:
+    """Every view's `InPlace.check` after one read across their stores: the generations of
+    those with a stamp compared in one call of the core (a batch over many shards), each
+    check run only when one moved (it raises, naming its store) or has no stamp."""
+    stamps = [view.stamp for view in views]
+    if None in stamps or _native.first_moved(cast(list[tuple[Any, int]], stamps)) >= 0:
+        for view in views:
+            view.check()
 
 
 def native_store(snap: Snapshot, verify: bool) -> tuple[Any, ...]:

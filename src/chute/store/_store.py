@@ -330,7 +330,9 @@ class RecordStore(Closing):
         made_for, made = self._in_place
         if made_for is not snap or made is None:
             where = _read.native_store(snap, self._verify)
-            made = InPlace(where, self._threads, functools.partial(self._check_generation, snap))
+            gen = self._files.gen_map  # None: no gen.chute yet, check() looks for it each time
+            made = InPlace(where, self._threads, functools.partial(self._check_generation, snap),
+                           None if gen is None else (gen, snap.generation))  # fmt: skip
             self._in_place = (snap, made)
         return made
 
