@@ -87,7 +87,7 @@ def gather(
         t = times[name]
         lines.append(f"| {name} | {mib / t:.0f} | {t / batches * 1e3:.2f} ms | {base / t:.2f}x |")
     shards = base / times["16 shards"]
-    lines += ["", f"Target: 16 shards >= 0.95x one store: {shards:.2f}x, "
+    lines += ["", f"Target: 16 shards >= 0.95x one store: {shards:.3f}x, "
               f"{'met' if shards >= 0.95 else 'NOT met'}."]  # fmt: skip
     n, core = len(plan), [times[name] for name in probes]
     python = [(times[name] - c) / n * 1e6 for name, c in zip(readers, core, strict=True)]
