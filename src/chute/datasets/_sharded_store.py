@@ -8,7 +8,6 @@ requests. Shards open on first use: a host reading one slice opens only the shar
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -27,6 +26,7 @@ from chute._util.cores import usable_cores
 from chute._util.renamed import call_threads, legacy_arguments
 from chute._util.waiting import wait_all
 from chute.datasets._folders import Folder, RemoteFolder, open_folder
+from chute.datasets._readahead import ShardsAhead
 from chute.datasets._schema import RecordSchema
 from chute.datasets._sharded_manifest import Manifest, is_sharded
 from chute.datasets._source import RecordSource
@@ -113,10 +113,8 @@ class ShardedStore(Closing):
         self._uniform = np.full(len(self._stores), -1, np.int64)
         self._gathers = np.zeros(len(self._stores), np.int64)
         self._lock = threading.Lock()
-        self._ahead: set[int] = set()  # shards being opened by readahead
         self._opening: dict[int, Future[RecordStore]] = {}  # by whichever thread came first
-        self._ahead_pool: ThreadPoolExecutor | None = None
-        self._ahead_pid = 0
+        self._ahead = ShardsAhead()
         self._closed = False
 
     @property
@@ -227,28 +225,8 @@ class ShardedStore(Closing):
             return True
         idx = idx[(idx >= 0) & (idx < self._length)]
         shards = set((np.searchsorted(self._starts, idx, side="right") - 1).tolist())
-        with self._lock:
-            todo = sorted(s for s in shards if self._stores[s] is None and s not in self._ahead)
-            self._ahead.update(todo)
-            if not todo:
-                return True
-            if self._ahead_pool is None or self._ahead_pid != os.getpid():
-                self._ahead_pool = ThreadPoolExecutor(1, thread_name_prefix="chute-readahead")
-                self._ahead_pid = os.getpid()
-            pool = self._ahead_pool
-        pool.submit(self._open_ahead, todo)
+        self._ahead.start((s for s in shards if self._stores[s] is None), self.shard, self._dir.map)
         return True
-
-    def _open_ahead(self, todo: list[int]) -> None:
-        def quietly(i: int) -> None:
-            with contextlib.suppress(Exception):  # the gather that needs it raises it
-                self.shard(i)
-
-        try:
-            self._dir.map(quietly, todo)
-        finally:
-            with self._lock:
-                self._ahead.difference_update(todo)
 
     def _open_shards(self, shards: Iterable[int]) -> None:
         """Open the shards of ``shards`` not open yet, side by side where the folder reads
@@ -600,9 +578,7 @@ class ShardedStore(Closing):
         if self._executor is not None and self._executor_pid == os.getpid():
             self._executor.shutdown(wait=True)
         self._executor = None
-        if self._ahead_pool is not None and self._ahead_pid == os.getpid():
-            self._ahead_pool.shutdown(wait=False)  # a shard it opens now is closed at once
-        self._ahead_pool = None
+        self._ahead.stop()  # a shard it opens now is closed at once (shard() sees _closed)
         self._placed = [None] * len(self._stores)  # their maps go with the stores
         for store in self._stores:
             if store is not None:
