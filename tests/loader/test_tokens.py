@@ -9,7 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chute import DataLoader, PackedTokens, TokenDataset, TokenWindows, varlen, write_tokens
+from chute import (
+    DataLoader,
+    PackedTokens,
+    RecordStore,
+    StoreChangedError,
+    TokenDataset,
+    TokenWindows,
+    mix,
+    varlen,
+    write_tokens,
+)
 from chute.loader._packing import pack_group
 
 
@@ -345,3 +355,22 @@ def test_packed_rows_past_the_stream_are_index_errors_cached_or_not(tmp_path) ->
             with pytest.raises(IndexError, match=rf"a sequence outside \[0, {len(packed)}\)"):
                 packed.__getitems__(np.array(bad))
         assert packed.__getitems__(np.arange(len(packed)))["tokens"].shape == (len(packed), 4)
+
+
+def test_streams_over_a_store_compacted_since_refuse_to_read(tmp_path) -> None:
+    # records read where they lie are checked against the store's generation after the read
+    docs = [np.arange(100) % 50 + 1, np.arange(70) % 30 + 1]
+    ds = write_tokens(tmp_path / "t", docs, dtype=np.uint16)
+    other = write_tokens(tmp_path / "u", docs, dtype=np.uint16)
+    windows, packed = TokenWindows(ds, 8), PackedTokens(ds, 8, group=2)
+    mixed = mix({"a": TokenWindows(other, 8), "b": windows}, {"a": 0.5, "b": 0.5})
+    rows = np.array([0, 3])
+    for stream in (windows, packed, mixed):
+        stream.__getitems__(rows)
+    with RecordStore(tmp_path / "t", mode="a") as store:
+        store.compact()  # the same records, a new generation
+    for stream in (windows, packed):
+        with pytest.raises(StoreChangedError, match="reopen"):
+            stream.__getitems__(rows)
+    with pytest.raises(StoreChangedError, match="reopen"):
+        mixed.__getitems__(np.arange(len(mixed)))  # both sources: the changed one refuses

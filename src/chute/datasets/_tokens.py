@@ -40,7 +40,7 @@ from chute.errors import (
     RecordIndexError,
     StoreKindError,
 )
-from chute.store._internal import MAX_RECORD, InPlace, as_indices
+from chute.store._internal import MAX_RECORD, InPlace, as_indices, check_in_place
 
 __all__ = [
     "FINAL",
@@ -523,8 +523,7 @@ def native_read(
     if None not in placed:
         views = [p[0] for p in placed if p]
         result = read([p[1] for p in placed if p], max(v.threads for v in views))
-        for v in views:
-            v.check()
+        check_in_place(views)
         if not result[0]:
             return result
         if result[0] == codes.TE_SPAN and outside is not None:
