@@ -339,7 +339,7 @@ def test_a_record_of_another_size_in_a_shard_is_refused_in_a_batch(tmp_path: Pat
 _HOSTILE_MANY = """
 import numpy as np, sys
 from chute import Dataset
-from chute._native import first_moved, gather_many
+from chute._native import first_moved, gather_many, shard_split
 ds = Dataset(sys.argv[1])
 store = ds.store
 store._open_shards(range(3))
@@ -375,6 +375,30 @@ for k, call in enumerate(calls):
     except (ValueError, TypeError, IndexError):
         continue
     assert got[0] != 0 if isinstance(got, tuple) else got >= 0, (k, got)
+starts, w4, l8 = i8(0, 10, 20), np.empty(2, np.int32), np.empty(2, np.int64)
+ro = np.zeros(2, np.int32)
+ro.setflags(write=False)
+assert shard_split(starts, i8(15, 3), w4, l8) == [0, 1] and w4.tolist() == [1, 0]  # the control
+for bad in [
+    (i8(0, 10, 20), i8(15, 20), w4, l8),                         # past the last shard
+    (i8(0, 10, 20), i8(-1, 3), w4, l8),                          # negative
+    (i8(5, 10, 20), i8(3, 6), w4, l8),                           # before the first
+    (i8(0), i8(0), w4, l8),                                      # no shard
+    (np.array([0, 10, 20], np.int32), i8(1, 3), w4, l8),         # int32 starts
+    (starts, i8(1, 3), w4[:1], l8),                              # which short
+    (starts, i8(1, 3), np.empty(2, np.int64), l8),               # int64 which
+    (starts, i8(1, 3), w4, np.empty(2, np.int32)),               # int32 local
+    (starts, i8(1, 3), w4, np.zeros(4, np.int64)[::2]),          # strided
+    (starts, i8(1, 3), ro, l8),                                  # read-only
+    (starts, np.array([1.0, 3.0]), w4, l8),                      # float indices
+    (starts, i8(1, 3), np.empty(2, object), l8),                 # objects
+]:
+    try:
+        shard_split(*bad)
+    except (ValueError, TypeError, IndexError):
+        calls.append(None)
+        continue
+    raise AssertionError(bad)
 print("refused", len(calls))
 """
 
@@ -406,3 +430,21 @@ def test_a_shard_changed_after_a_batch_read_it_in_place_is_refused(sharded: Path
                 ds[idx]
     with Dataset(sharded) as ds:  # reopened: read as before
         assert np.array_equal(ds[[3, 15, 27]], ROWS[[3, 15, 27]])
+
+
+def test_each_index_finds_its_shard_as_a_search_of_the_starts_would() -> None:
+    from chute._native import shard_split
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        sizes = rng.integers(0, 5, int(rng.integers(1, 12)))  # empty shards too
+        if sizes.sum() == 0:
+            continue
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        idx = rng.integers(0, int(starts[-1]), int(rng.integers(0, 40))).astype(np.int64)
+        which, local = np.empty(idx.size, np.int32), np.empty(idx.size, np.int64)
+        touched = shard_split(starts, idx, which, local)
+        shard = np.searchsorted(starts, idx, side="right") - 1
+        assert touched == sorted(set(shard.tolist()))
+        assert np.array_equal(np.asarray(touched, np.int64)[which], shard)
+        assert np.array_equal(local, idx - starts[shard])

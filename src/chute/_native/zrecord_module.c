@@ -352,6 +352,91 @@ done:
     return result;
 }
 
+/* An aligned, C-contiguous buffer of plain items of `size` bytes, at least `count` of them. */
+static int plain_items(PyObject *obj, Py_buffer *view, size_t size, size_t count, int writable,
+                       const char *what) {
+    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
+    if (!chute_plain_format(view->format) || view->itemsize != (Py_ssize_t)size ||
+        (uintptr_t)view->buf % size || (size_t)view->len < count * size) {
+        PyErr_Format(PyExc_ValueError, "%s must be %zu aligned plain items of %zu bytes", what,
+                     count, size);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* shard_split(starts, idx, which_out, local_out) -> [touched shards, rising]: index idx[i]
+ * lies in shard s where starts[s] <= idx[i] < starts[s + 1] (starts: int64, one more than the
+ * shards, rising; found by bisection, then checked to hold the index, so starts that do not
+ * rise give no shard that does not hold it); which_out[i] (int32) is s's place among the
+ * touched shards and local_out[i] (int64) idx[i] - starts[s]. An index in no shard is an
+ * IndexError. */
+static PyObject *shard_split(PyObject *self, PyObject *args) {
+    PyObject *starts_obj, *idx_obj, *which_obj, *local_obj;
+    if (!PyArg_ParseTuple(args, "OOOO", &starts_obj, &idx_obj, &which_obj, &local_obj))
+        return NULL;
+    Py_buffer starts = {0}, idx = {0}, which = {0}, local = {0};
+    int32_t *place = NULL;
+    PyObject *result = NULL;
+    if (plain_items(starts_obj, &starts, 8, 2, 0, "starts") < 0) goto done;
+    if (plain_items(idx_obj, &idx, 8, 0, 0, "idx") < 0) goto done;
+    size_t n = (size_t)idx.len / 8, ns = (size_t)starts.len / 8 - 1;
+    if (ns > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "shard_split: too many shards");
+        goto done;
+    }
+    if (plain_items(which_obj, &which, 4, n, 1, "which_out") < 0 ||
+        plain_items(local_obj, &local, 8, n, 1, "local_out") < 0)
+        goto done;
+    if (!(place = malloc(ns * sizeof *place))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t s = 0; s < ns; s++) place[s] = -1;
+    const int64_t *start = starts.buf, *ix = idx.buf;
+    int32_t *w = which.buf;
+    int64_t *loc = local.buf;
+    for (size_t i = 0; i < n; i++) { /* the last shard starting at or before the index */
+        size_t lo = 0, hi = ns;
+        while (hi - lo > 1) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (start[mid] <= ix[i])
+                lo = mid;
+            else
+                hi = mid;
+        }
+        if (ix[i] < start[lo] || ix[i] >= start[lo + 1]) { /* also what falling starts give */
+            PyErr_Format(PyExc_IndexError, "index %lld lies in no shard", (long long)ix[i]);
+            goto done;
+        }
+        w[i] = (int32_t)lo;
+        loc[i] = ix[i] - start[lo];
+        place[lo] = 0;
+    }
+    int32_t touched = 0;
+    for (size_t s = 0; s < ns; s++)
+        if (place[s] == 0) place[s] = touched++ + 1; /* 1-based while counting */
+    if (!(result = PyList_New(touched))) goto done;
+    for (size_t s = 0; s < ns; s++) {
+        if (place[s] <= 0) continue;
+        PyObject *number = PyLong_FromSize_t(s);
+        if (!number) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, place[s] - 1, number);
+    }
+    for (size_t i = 0; i < n; i++) w[i] = place[w[i]] - 1;
+done:
+    free(place);
+    Py_buffer *held[] = {&starts, &idx, &which, &local};
+    for (size_t j = 0; j < sizeof held / sizeof *held; j++)
+        if (held[j]->obj) PyBuffer_Release(held[j]);
+    return result;
+}
+
 /* compress(src, offsets, lengths, codec, level, cdict, threads, phys_out, codec_out, crc_out)
  *   -> bytearray of the records packed densely, or None when the codec is raw and the
  *      records already lie end to end in src (then src is what to write). */
@@ -567,6 +652,8 @@ static PyObject *crc32c(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS, "Decode records into a caller buffer across cores."},
+    {"shard_split", shard_split, METH_VARARGS,
+     "Each index's shard (its place among those touched) and index within it."},
     {"gather_many", gather_many, METH_VARARGS,
      "Decode records of several stores into a caller buffer in one call across cores."},
     {"read_tokens", chute_py_read_tokens, METH_VARARGS,

@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from chute._native import gather_many
+from chute._native import gather_many, shard_split
 from chute._objects import in_batch, local_path, reads_remotely
 from chute._util.checks import check_optional_int
 from chute._util.closing import Closing
@@ -458,15 +458,12 @@ class ShardedStore(Closing):
         self._check_open()
         if idx.size < 2:
             return False
-        shard = np.searchsorted(self._starts, idx, side="right") - 1
-        hit = np.bincount(shard, minlength=len(self._starts)) > 0
-        touched = np.flatnonzero(hit)
-        numbers = touched.tolist()
+        which = np.empty(idx.size, np.int32)  # each index's shard, as its place in `views`
+        local = np.empty(idx.size, np.int64)
+        numbers = shard_split(self._starts, idx, which, local)
         views = self._views(numbers)
         if views is None:
             return False
-        which = (np.cumsum(hit, dtype=np.int32) - 1)[shard]  # shard -> its place in `views`
-        local = idx - self._starts[shard]
         wheres = [view.where for view in views]
         try:
             code = gather_many(wheres, which, local, out, stride, offsets, threads)[0]
@@ -474,7 +471,7 @@ class ShardedStore(Closing):
             return False
         check_in_place(views)
         with self._lock:
-            self._gathers += hit[: len(self._gathers)]  # one more native gather each served
+            self._gathers[numbers] += 1  # one more native gather each served (once each)
         return code == 0
 
     def _views(self, numbers: list[int]) -> list[InPlace] | None:
