@@ -19,6 +19,7 @@ from chute import (
     RaggedDataset,
     RecordStore,
     StoreChangedError,
+    StoreClosedError,
     write_dataset,
     write_ragged,
 )
@@ -430,6 +431,10 @@ def test_a_shard_changed_after_a_batch_read_it_in_place_is_refused(sharded: Path
                 ds[idx]
     with Dataset(sharded) as ds:  # reopened: read as before
         assert np.array_equal(ds[[3, 15, 27]], ROWS[[3, 15, 27]])
+        ds.store.shard(1).close()  # a kept view of a shard whose own store is closed
+        with pytest.raises(StoreClosedError):
+            ds[[3, 15, 27]]
+        assert np.array_equal(ds[[3, 27, 33]], ROWS[[3, 27, 33]])  # the others read on
 
 
 def test_each_index_finds_its_shard_as_a_search_of_the_starts_would() -> None:

@@ -467,9 +467,13 @@ class ShardedStore(Closing):
         wheres = [view.where for view in views]
         try:
             code = gather_many(wheres, which, local, out, stride, offsets, threads)[0]
-        except (TypeError, ValueError):  # out refused (or a shard closed): the per-shard path
+        except (TypeError, ValueError):  # out refused: the per-shard path says why
             return False
-        check_in_place(views)
+        try:
+            check_in_place(views)
+        except ValueError:  # a shard's own store closed since (its gen.chute map with it)
+            return False  # the per-shard path raises that store's StoreClosedError
+
         with self._lock:
             self._gathers[numbers] += 1  # one more native gather each served (once each)
         return code == 0
