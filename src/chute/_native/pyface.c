@@ -18,6 +18,22 @@ int chute_plain_format(const char *f) {
     return 1;
 }
 
+int chute_get_items(PyObject *obj, Py_buffer *view, size_t size, size_t count, int writable,
+                    const char *what) {
+    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
+    if (!chute_plain_format(view->format) || view->itemsize != (Py_ssize_t)size ||
+        (uintptr_t)view->buf % size || (size_t)view->len < count * size) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s must be %zu aligned plain items of %zu bytes (got %zd bytes of "
+                     "itemsize %zd)",
+                     what, count, size, view->len, view->itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
 int chute_get_dst(PyObject *obj, Py_buffer *view) {
     if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
         if (!PyErr_ExceptionMatches(PyExc_BufferError) &&

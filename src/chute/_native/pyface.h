@@ -25,6 +25,11 @@ typedef struct {
 /* True when a PEP 3118 format describes plain data: no Python object, no pointer. */
 int chute_plain_format(const char *f);
 
+/* A C-contiguous buffer of at least `count` aligned plain-data items of `size` bytes
+ * (writable if asked), or -1 with a ValueError naming it `what` (nothing left held). */
+int chute_get_items(PyObject *obj, Py_buffer *view, size_t size, size_t count, int writable,
+                    const char *what);
+
 /* A writable, C-contiguous, plain-data buffer, or -1 with a clear exception. */
 int chute_get_dst(PyObject *obj, Py_buffer *view);
 

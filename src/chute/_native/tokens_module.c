@@ -6,39 +6,14 @@
 
 #include "tokens.h"
 
-/* A typed, aligned, C-contiguous view of `count` items of `size` bytes (at least), or -1. */
-static int get_items(PyObject *obj, Py_buffer *view, size_t size, size_t count, int writable,
-                     const char *what) {
-    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
-    if (!chute_plain_format(view->format) || view->itemsize != (Py_ssize_t)size ||
-        (uintptr_t)view->buf % size || (size_t)view->len < count * size) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s must be %zu aligned plain items of %zu bytes (got %zd bytes of "
-                     "itemsize %zd)",
-                     what, count, size, view->len, view->itemsize);
-        return -1;
-    }
-    return 0;
-}
-
 /* One source: ((record_tokens, nrecords, last_tokens, code), where), where is a snapshot's
  * (table, limits, chunks, ddict, sums, strict) or records gathered as (values, offsets,
  * records). Views land in v[0..3). */
 static int get_source(PyObject *item, tok_source *s, store_views *sv, Py_buffer *v) {
-    PyObject *params, *where;
+    PyObject *where;
     unsigned long long size, nrecords, last;
     int code;
-    if (!PyTuple_Check(item)) {
-        PyErr_SetString(PyExc_TypeError, "a token source is ((tokens, records, last, code), where)");
-        return -1;
-    }
-    if (!PyArg_ParseTuple(item, "OO", &params, &where)) return -1;
-    if (!PyTuple_Check(params)) {
-        PyErr_SetString(PyExc_TypeError, "a token source's parameters are a tuple");
-        return -1;
-    }
-    if (!PyArg_ParseTuple(params, "KKKi", &size, &nrecords, &last, &code)) return -1;
+    if (!PyArg_Parse(item, "((KKKi)O)", &size, &nrecords, &last, &code, &where)) return -1;
     if ((code != 1 && code != 2) || size == 0 || size > MAX_RECORD || nrecords == 0 ||
         last == 0 || last > size || nrecords > ((uint64_t)1 << 40)) {
         PyErr_Format(PyExc_ValueError,
@@ -66,9 +41,9 @@ static int get_source(PyObject *item, tok_source *s, store_views *sv, Py_buffer 
                                 PyTuple_GET_ITEM(where, 4), strict, sv, &s->store);
     }
     if (PyObject_GetBuffer(PyTuple_GET_ITEM(where, 0), &v[0], PyBUF_C_CONTIGUOUS) < 0) return -1;
-    if (get_items(PyTuple_GET_ITEM(where, 2), &v[2], 8, 0, 0, "records") < 0) return -1;
+    if (chute_get_items(PyTuple_GET_ITEM(where, 2), &v[2], 8, 0, 0, "records") < 0) return -1;
     uint64_t n = (uint64_t)v[2].len / 8;
-    if (get_items(PyTuple_GET_ITEM(where, 1), &v[1], 8, n + 1, 0, "offsets") < 0) return -1;
+    if (chute_get_items(PyTuple_GET_ITEM(where, 1), &v[1], 8, n + 1, 0, "offsets") < 0) return -1;
     const int64_t *records = v[2].buf;
     for (uint64_t k = 1; k < n; k++) {
         if (records[k] <= records[k - 1]) {
@@ -111,7 +86,7 @@ static PyObject *read_spans(PyObject *sources_obj, const int32_t *which, const i
         if (get_source(PySequence_Fast_GET_ITEM(fast, i), &sources[i], &sv[i], &views[3 * i]) < 0)
             goto done;
     if (out_obj != Py_None && chute_get_dst(out_obj, &out) < 0) goto done;
-    if (counts_obj != Py_None && get_items(counts_obj, &counts, 8, n, 1, "doc_counts") < 0)
+    if (counts_obj != Py_None && chute_get_items(counts_obj, &counts, 8, n, 1, "doc_counts") < 0)
         goto done;
     tok_args a = {
         .sources = sources,
@@ -165,10 +140,10 @@ PyObject *chute_py_read_tokens(PyObject *self, PyObject *args) {
         return NULL;
     Py_buffer lo = {0}, len = {0}, which = {0};
     PyObject *result = NULL;
-    if (get_items(lo_obj, &lo, 8, 0, 0, "lo") < 0) goto done;
+    if (chute_get_items(lo_obj, &lo, 8, 0, 0, "lo") < 0) goto done;
     size_t n = (size_t)lo.len / 8;
-    if (get_items(len_obj, &len, 8, n, 0, "len") < 0) goto done;
-    if (which_obj != Py_None && get_items(which_obj, &which, 4, n, 0, "which") < 0) goto done;
+    if (chute_get_items(len_obj, &len, 8, n, 0, "len") < 0) goto done;
+    if (which_obj != Py_None && chute_get_items(which_obj, &which, 4, n, 0, "which") < 0) goto done;
     result = read_spans(sources_obj, which.buf, lo.buf, len.buf, n, out_obj, counts_obj, threads);
 done:
     Py_buffer *held[] = {&lo, &len, &which};
@@ -187,12 +162,12 @@ PyObject *chute_py_pack_groups(PyObject *self, PyObject *args) {
         return NULL;
     Py_buffer starts = {0}, stops = {0}, bins = {0}, docs = {0}, counts = {0};
     PyObject *result = NULL, *list = NULL;
-    if (get_items(starts_obj, &starts, 8, 0, 0, "starts") < 0) goto done;
+    if (chute_get_items(starts_obj, &starts, 8, 0, 0, "starts") < 0) goto done;
     size_t n = (size_t)starts.len / 8;
-    if (get_items(stops_obj, &stops, 8, n, 0, "stops") < 0 ||
-        get_items(bins_obj, &bins, 8, n, 0, "bins") < 0 ||
-        get_items(counts_obj, &counts, 8, n, 0, "doc_counts") < 0 ||
-        get_items(docs_obj, &docs, 8, 0, 0, "docs") < 0)
+    if (chute_get_items(stops_obj, &stops, 8, n, 0, "stops") < 0 ||
+        chute_get_items(bins_obj, &bins, 8, n, 0, "bins") < 0 ||
+        chute_get_items(counts_obj, &counts, 8, n, 0, "doc_counts") < 0 ||
+        chute_get_items(docs_obj, &docs, 8, 0, 0, "docs") < 0)
         goto done;
     if (!(list = PyList_New((Py_ssize_t)n))) goto done;
     const int64_t *start = starts.buf, *stop = stops.buf, *nbins = bins.buf, *count = counts.buf;
@@ -288,16 +263,16 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
         return NULL;
     }
     if (get_source(source_obj, &source, &sv, sviews) < 0) goto done;
-    if (get_items(seq_obj, &seqs, 8, 0, 0, "sequences") < 0) goto done;
+    if (chute_get_items(seq_obj, &seqs, 8, 0, 0, "sequences") < 0) goto done;
     n = (size_t)seqs.len / 8;
-    if (get_items(tok_obj, &out, source.itemsize, 0, 1, "out_tokens") < 0) goto done;
+    if (chute_get_items(tok_obj, &out, source.itemsize, 0, 1, "out_tokens") < 0) goto done;
     size_t width = n ? (size_t)out.len / source.itemsize / n : 0;
     if (n && (size_t)out.len != n * width * source.itemsize) {
         PyErr_SetString(PyExc_ValueError, "out_tokens must hold one whole row per sequence");
         goto done;
     }
-    if (get_items(ids_obj, &ids, 4, n * width, 1, "out_ids") < 0 ||
-        get_items(pos_obj, &positions, 4, n * width, 1, "out_positions") < 0)
+    if (chute_get_items(ids_obj, &ids, 4, n * width, 1, "out_ids") < 0 ||
+        chute_get_items(pos_obj, &positions, 4, n * width, 1, "out_positions") < 0)
         goto done;
     size_t m = n ? n : 1;
     tables = calloc(m, sizeof *tables);
@@ -423,14 +398,14 @@ PyObject *chute_py_read_windows(PyObject *self, PyObject *args) {
     int64_t *spans = NULL;
     int32_t *which = NULL;
     PyObject *result = NULL;
-    if (get_items(pos_obj, &positions, 8, 0, 0, "positions") < 0) goto done;
+    if (chute_get_items(pos_obj, &positions, 8, 0, 0, "positions") < 0) goto done;
     size_t n = (size_t)positions.len / 8;
     Py_ssize_t ns = PySequence_Size(sources_obj);
     if (ns < 0) goto done;
     if (offsets_obj != Py_None &&
-        get_items(offsets_obj, &offsets, 8, (size_t)ns + 1, 0, "offsets") < 0)
+        chute_get_items(offsets_obj, &offsets, 8, (size_t)ns + 1, 0, "offsets") < 0)
         goto done;
-    if (src_obj != Py_None && get_items(src_obj, &src, 2, n, 1, "source_out") < 0) goto done;
+    if (src_obj != Py_None && chute_get_items(src_obj, &src, 2, n, 1, "source_out") < 0) goto done;
     if (seq_len == 0 || seq_len > ((uint64_t)1 << 40) || ns < 1 || ns > INT16_MAX) {
         PyErr_SetString(PyExc_ValueError, "read_windows: seq_len or the sources out of range");
         goto done;

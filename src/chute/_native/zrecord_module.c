@@ -334,9 +334,7 @@ static PyObject *gather_many(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < ns; i++) {
         PyObject *t = PySequence_Fast_GET_ITEM(fast, i), *table, *limits, *chunks, *ddict, *sums;
         int strict;
-        if (!PyTuple_Check(t)) PyErr_SetString(PyExc_TypeError, "a store is a snapshot's tuple");
-        if (!PyTuple_Check(t) ||
-            !PyArg_ParseTuple(t, "OOOOOp", &table, &limits, &chunks, &ddict, &sums, &strict) ||
+        if (!PyArg_Parse(t, "(OOOOOp)", &table, &limits, &chunks, &ddict, &sums, &strict) ||
             chute_open_store(table, limits, chunks, ddict, sums, strict, &views[i], &stores[i]) < 0)
             goto done;
     }
@@ -352,21 +350,6 @@ done:
     return result;
 }
 
-/* An aligned, C-contiguous buffer of plain items of `size` bytes, at least `count` of them. */
-static int plain_items(PyObject *obj, Py_buffer *view, size_t size, size_t count, int writable,
-                       const char *what) {
-    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
-    if (!chute_plain_format(view->format) || view->itemsize != (Py_ssize_t)size ||
-        (uintptr_t)view->buf % size || (size_t)view->len < count * size) {
-        PyErr_Format(PyExc_ValueError, "%s must be %zu aligned plain items of %zu bytes", what,
-                     count, size);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 /* shard_split(starts, idx, which_out, local_out) -> [touched shards, rising]: index idx[i]
  * lies in shard s where starts[s] <= idx[i] < starts[s + 1] (starts: int64, one more than the
  * shards, rising; found by bisection, then checked to hold the index, so starts that do not
@@ -380,15 +363,15 @@ static PyObject *shard_split(PyObject *self, PyObject *args) {
     Py_buffer starts = {0}, idx = {0}, which = {0}, local = {0};
     int32_t *place = NULL;
     PyObject *result = NULL;
-    if (plain_items(starts_obj, &starts, 8, 2, 0, "starts") < 0) goto done;
-    if (plain_items(idx_obj, &idx, 8, 0, 0, "idx") < 0) goto done;
+    if (chute_get_items(starts_obj, &starts, 8, 2, 0, "starts") < 0) goto done;
+    if (chute_get_items(idx_obj, &idx, 8, 0, 0, "idx") < 0) goto done;
     size_t n = (size_t)idx.len / 8, ns = (size_t)starts.len / 8 - 1;
     if (ns > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "shard_split: too many shards");
         goto done;
     }
-    if (plain_items(which_obj, &which, 4, n, 1, "which_out") < 0 ||
-        plain_items(local_obj, &local, 8, n, 1, "local_out") < 0)
+    if (chute_get_items(which_obj, &which, 4, n, 1, "which_out") < 0 ||
+        chute_get_items(local_obj, &local, 8, n, 1, "local_out") < 0)
         goto done;
     if (!(place = malloc(ns * sizeof *place))) {
         PyErr_NoMemory();
@@ -611,9 +594,7 @@ static PyObject *first_moved(PyObject *self, PyObject *obj) {
         PyObject *map, *item = PySequence_Fast_GET_ITEM(fast, i);
         unsigned long long want;
         Py_buffer b;
-        if (!PyTuple_Check(item)) PyErr_SetString(PyExc_TypeError, "a stamp is (map, generation)");
-        if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "OK", &map, &want) ||
-            state_buffer(map, &b, 0) < 0) {
+        if (!PyArg_Parse(item, "(OK)", &map, &want) || state_buffer(map, &b, 0) < 0) {
             Py_DECREF(fast);
             return NULL;
         }
