@@ -94,9 +94,10 @@ def gather(
     lines += ["", f"Where the 16-shard batch's extra time goes: the compiled core's call alone "
               f"takes {core[0] / n * 1e3:.3f} ms a batch over the one store and "
               f"{core[1] / n * 1e3:.3f} ms over the 16 shards' stores ({core[0] / core[1]:.2f}x); "
-              f"the Python around it (which shard each index is in, each touched shard's "
-              f"snapshot, and its generation checked after the read) takes {python[0]:.0f} us a "
-              f"batch for one store and {python[1]:.0f} us for 16 shards."]  # fmt: skip
+              f"the Python around it (the indices checked and split over the shards, the "
+              f"touched shards' views, their generations checked after the read) takes "
+              f"{python[0]:.0f} us a batch for one store and {python[1]:.0f} us for 16 "
+              f"shards."]  # fmt: skip
     one.close()
     many.close()
     chart(
@@ -111,32 +112,31 @@ def gather(
 
 def _core_alone(one: Any, many: Any, plan: list[np.ndarray]) -> dict[str, Callable[[], None]]:
     """The compiled core's one call alone over the one store and over the 16 shards' stores
-    (which shard and which record each index is, worked out beforehand; a fresh batch array
-    each call, as the readers return): what the 16-shard gather costs past the core is the
-    Python around that call. A probe of internals, not an API."""
-    from chute._native import gather_many
+    (each batch's split over the shards, as the sharded gather makes it, worked out
+    beforehand; a fresh batch array each call, as the readers return): what the 16-shard
+    gather costs past the core is the Python around that call. A probe of internals."""
+    from chute._native import gather_many, shard_split
 
     sharded = many._store  # the dataset's ShardedStore
-    starts = np.concatenate([[0], np.cumsum(sharded.shard_lengths)])
+    starts = np.concatenate([[0], np.cumsum(sharded.shard_lengths)]).astype(np.int64)
     wheres = [sharded.shard(s).in_place().where for s in range(len(starts) - 1)]
     single = [one._store.in_place().where]
     shape = one[0].shape
     size = int(np.prod(shape))
-    split = []
+    alone, split = [], []
     for idx in plan:
-        which = (np.searchsorted(starts, idx, side="right") - 1).astype(np.int32)
-        split.append((np.zeros(len(idx), np.int32), idx, which, idx - starts[which]))
+        idx = np.ascontiguousarray(idx, np.int64)
+        which, local = np.empty(len(idx), np.int32), np.empty(len(idx), np.int64)
+        touched = shard_split(starts, idx, which, local)
+        alone.append((single, np.zeros(len(idx), np.int32), idx))
+        split.append(([wheres[s] for s in touched], which, local))
 
-    def core(stores: list[Any], sharded: bool) -> None:
-        for zero, idx, which, local in split:
-            batch = np.empty((len(idx), *shape), np.uint8)
-            if sharded:
-                gather_many(stores, which, local, batch, size, None, 2)
-            else:
-                gather_many(stores, zero, idx, batch, size, None, 2)
+    def core(batches: list[tuple[Any, np.ndarray, np.ndarray]]) -> None:
+        for stores, which, local in batches:
+            gather_many(stores, which, local, np.empty((len(local), *shape), np.uint8), size,
+                        None, 2)  # fmt: skip
 
-    return {"core, one store": lambda: core(single, False),
-            "core, 16 shards": lambda: core(wheres, True)}  # fmt: skip
+    return {"core, one store": lambda: core(alone), "core, 16 shards": lambda: core(split)}
 
 
 def ray_part(

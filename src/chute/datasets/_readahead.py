@@ -40,23 +40,19 @@ class ShardsAhead:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="chute-readahead")
                 self._pid = os.getpid()
             pool = self._pool
-        pool.submit(self._open, todo, open_one, fan_out)
 
-    def _open(
-        self,
-        todo: list[int],
-        open_one: Callable[[int], object],
-        fan_out: Callable[[Callable[[int], None], list[int]], object],
-    ) -> None:
         def quietly(i: int) -> None:
             with contextlib.suppress(Exception):  # the gather that needs it raises it
                 open_one(i)
 
-        try:
-            fan_out(quietly, todo)
-        finally:
-            with self._lock:
-                self._queued.difference_update(todo)
+        def run() -> None:
+            try:
+                fan_out(quietly, todo)
+            finally:
+                with self._lock:
+                    self._queued.difference_update(todo)
+
+        pool.submit(run)
 
     def stop(self) -> None:
         """Take no more work; a shard being opened now is the dataset's to close."""

@@ -473,8 +473,7 @@ class ShardedStore(Closing):
             check_in_place(views)
         except ValueError:  # a shard's own store closed since (its gen.chute map with it)
             return False  # the per-shard path raises that store's StoreClosedError
-        with self._lock:
-            self._gathers[numbers] += 1  # one more native gather each served (once each)
+        self._counted(numbers)
         return code == 0
 
     def _views(self, numbers: list[int]) -> list[InPlace] | None:
