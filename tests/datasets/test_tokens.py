@@ -222,6 +222,30 @@ def test_damaged_document_starts_are_reported(tmp_path: Path) -> None:
         ds.document_starts(0, ds.num_tokens)
 
 
+def test_records_without_starts_are_not_read_for_starts_but_checked_when_read(
+    tmp_path: Path,
+) -> None:
+    """Document starts (what packing reads) come from the records that hold some: the record
+    table says which, from their lengths. A damaged record holding none is reported where
+    its tokens are read, by the reader and by packing, never passed over."""
+    good: list[bytes] = []
+
+    def damage_a_record_without_starts(records: list[bytes]) -> list[bytes]:
+        good.extend(records)
+        k = next(k for k, r in enumerate(records) if k and not int.from_bytes(r[16:20], "little"))
+        return [*records[:k], b"XXXX" + records[k][4:], *records[k + 1 :]]
+
+    with TokenDataset(_rewritten(tmp_path, damage_a_record_without_starts)) as ds:
+        with TokenDataset(tmp_path / "good") as reference:
+            want = reference.document_starts(0, reference.num_tokens)
+        assert np.array_equal(ds.document_starts(0, ds.num_tokens), want)
+        with pytest.raises(CorruptStoreError, match="no token header"):
+            ds.tokens(0, ds.num_tokens)
+        packed = chute.PackedTokens(ds, 16, group=4)
+        with pytest.raises(CorruptStoreError, match="no token header"):
+            packed.__getitems__(np.arange(len(packed)))
+
+
 def test_an_unfinished_write_is_reported(tmp_path: Path) -> None:
     """A single store commits records as they come: a writer killed part way leaves a
     prefix, whose last record lacks the end-of-stream flag; so do records added after it."""

@@ -103,6 +103,12 @@ static int read_span(tok_job *job, size_t k, ZSTD_DCtx **dctx, uint64_t *uncheck
     uint8_t *out = a->out ? a->out + job->at[k] * isz : NULL;
     uint64_t before = docs ? docs->n : 0;
     for (uint64_t r = lo / size; r * size < hi; r++) {
+        if (!out && docs && !s->gathered && r < s->store.length) {
+            /* document starts only: a record whose length leaves no room for starts holds
+             * none, and is not touched (its header is checked where its tokens are read) */
+            uint64_t own = r == s->nrecords - 1 ? s->last_tokens : size;
+            if (s->store.table[r].logic_length == TOKEN_HEADER + own * isz) continue;
+        }
         const uint8_t *data = NULL;
         uint32_t length = 0;
         long long detail = 0;
@@ -189,7 +195,7 @@ void chute_read_tokens(tok_args *a) {
             return;
         }
         total += (uint64_t)len;
-        work += (uint64_t)len * s->itemsize;
+        if (a->out) work += (uint64_t)len * s->itemsize; /* without out: headers and starts */
         if (!s->gathered && len) { /* a compressed record costs a frame set-up and its bytes */
             for (uint64_t r = (uint64_t)lo / s->record_tokens;
                  r * s->record_tokens < (uint64_t)(lo + len) && r < s->store.length; r++)

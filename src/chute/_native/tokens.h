@@ -42,7 +42,8 @@ typedef struct {
     const int32_t *which; /* NULL: every span from source 0 */
     const int64_t *lo, *len;
     size_t n;
-    uint8_t *out;         /* the spans' tokens (NULL: document starts only) */
+    uint8_t *out;         /* the spans' tokens (NULL: document starts only, read in place
+                           * from the records whose length says they hold some) */
     const int64_t *dest;  /* where in out (in tokens) each span goes; NULL: end to end */
     uint64_t out_len;
     uint32_t itemsize;

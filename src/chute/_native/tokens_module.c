@@ -3,8 +3,11 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <wchar.h>
 
 #include "tokens.h"
+
+_Static_assert(sizeof(wchar_t) == sizeof(int32_t), "segment ids are filled as wchar_t");
 
 /* One source: ((record_tokens, nrecords, last_tokens, code), where), where is a snapshot's
  * (table, limits, chunks, ddict, sums, strict) or records gathered as (values, offsets,
@@ -319,7 +322,9 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    /* a piece's positions are the first l numbers of this ramp (one copy, not a loop) */
+    /* a piece's positions are the first l numbers of this ramp (one copy, not a loop); its
+     * segment ids are filled by the C library's wmemset (a wchar_t is 32 bits here), which
+     * picks the machine's widest stores, as its memcpy does */
     if (!(ramp = malloc((width ? width : 1) * sizeof *ramp))) {
         PyErr_NoMemory();
         goto done;
@@ -345,8 +350,7 @@ PyObject *chute_py_read_packed(PyObject *self, PyObject *args) {
         uint64_t at = 0;
         for (int64_t p = 0; p < row_count[k]; p++) {
             size_t l = (size_t)row_lengths[k][p];
-            int32_t id = (int32_t)(p + 1), *to = row_ids + at;
-            for (size_t j = 0; j < l; j++) to[j] = id;
+            wmemset((wchar_t *)(row_ids + at), (wchar_t)(p + 1), l);
             memcpy(row_pos + at, ramp, l * sizeof *ramp);
             lo[sp] = row_starts[k][p];
             len[sp] = l;

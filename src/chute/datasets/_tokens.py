@@ -290,10 +290,12 @@ class TokenDataset(StoreView):
         return self.read_spans([a], [b - a])
 
     def document_starts(self, start: int, stop: int) -> npt.NDArray[np.int64]:
-        """The stream offsets in ``start:stop`` where a document begins, rising."""
+        """The stream offsets in ``start:stop`` where a document begins, rising (no token is
+        copied; in a local store only the records holding a start are read)."""
         a = check_int("start", start, minimum=0, maximum=self._num_tokens)
         b = check_int("stop", stop, minimum=a, maximum=self._num_tokens)
-        return self.read_spans_documents([a], [b - a])[1]
+        span = np.array([a], np.int64), np.array([b - a], np.int64)
+        return read_token_spans([self], None, *span, documents=True, copy=False).starts
 
     def _place(self) -> tuple[InPlace, tuple[Any, Any]] | None:
         """The store as the compiled core reads it in place (where it can), and this
@@ -413,7 +415,8 @@ def read_token_spans(
     """Tokens ``lo[k]:lo[k] + count[k]`` of the stream of ``datasets[which[k]]`` (all of the
     first when ``which`` is None) for each k, in one call of the compiled core across the
     datasets (of one token dtype, the spans checked by `TokenDataset.check_spans`); with
-    ``copy=False`` only the document starts (``tokens`` is then empty)."""
+    ``copy=False`` only the document starts (``tokens`` is then empty; a local store's
+    records read only where the record table says they hold a start)."""
     tokens = np.empty(int(count.sum()) if copy else 0, datasets[0].dtype)
     counts = np.empty(lo.size, np.int64) if documents else None
 
