@@ -172,6 +172,9 @@ def test_indices_and_spans_out_of_range(tmp_path: Path) -> None:
             ds.tokens(2, 1)
         with pytest.raises(TypeError, match="document number"):
             ds[0:1]  # type: ignore[index]
+        for bad in (1.5, True, "0"):
+            with pytest.raises(TypeError, match="document number"):
+                ds.document_span(bad)  # type: ignore[arg-type]
 
 
 def _rewritten(tmp_path: Path, change) -> Path:
@@ -222,28 +225,56 @@ def test_damaged_document_starts_are_reported(tmp_path: Path) -> None:
         ds.document_starts(0, ds.num_tokens)
 
 
-def test_records_without_starts_are_not_read_for_starts_but_checked_when_read(
-    tmp_path: Path,
-) -> None:
-    """Document starts (what packing reads) come from the records that hold some: the record
-    table says which, from their lengths. A damaged record holding none is reported where
-    its tokens are read, by the reader and by packing, never passed over."""
-    good: list[bytes] = []
+def test_damage_in_a_record_without_starts_is_reported_by_every_reader(tmp_path: Path) -> None:
+    """Packing reads its document starts only from the records the table says hold some;
+    a damaged record holding none is then reported where its tokens are read, and by
+    `document_starts`, which reads every record of its span."""
 
     def damage_a_record_without_starts(records: list[bytes]) -> list[bytes]:
-        good.extend(records)
         k = next(k for k, r in enumerate(records) if k and not int.from_bytes(r[16:20], "little"))
         return [*records[:k], b"XXXX" + records[k][4:], *records[k + 1 :]]
 
     with TokenDataset(_rewritten(tmp_path, damage_a_record_without_starts)) as ds:
-        with TokenDataset(tmp_path / "good") as reference:
-            want = reference.document_starts(0, reference.num_tokens)
-        assert np.array_equal(ds.document_starts(0, ds.num_tokens), want)
-        with pytest.raises(CorruptStoreError, match="no token header"):
-            ds.tokens(0, ds.num_tokens)
-        packed = chute.PackedTokens(ds, 16, group=4)
-        with pytest.raises(CorruptStoreError, match="no token header"):
-            packed.__getitems__(np.arange(len(packed)))
+        for read in (
+            lambda: ds.document_starts(0, ds.num_tokens),
+            lambda: ds.tokens(0, ds.num_tokens),
+            lambda: chute.PackedTokens(ds, 16, group=4).__getitems__(np.arange(8)),
+        ):
+            with pytest.raises(CorruptStoreError, match="no token header"):
+                read()
+
+
+def test_a_table_entry_cut_short_is_reported_not_a_document_lost(tmp_path: Path) -> None:
+    """A record table whose entry says a record holds one document start fewer than it does
+    (its length cut by 4 bytes): reading the record's starts finds its header disagreeing."""
+    import struct
+
+    docs = [np.arange(150), np.arange(1000, 1100), np.arange(2000, 2050)]
+    write_tokens(tmp_path / "t", docs, dtype=np.uint16, record_tokens=100).close()
+    meta = bytearray((tmp_path / "t" / "meta.zr").read_bytes())
+    at = 16 + 16 * 1  # record 1 (tokens 100..199) holds document 1's start
+    phys, logic = struct.unpack_from("<II", meta, at + 4)
+    struct.pack_into("<II", meta, at + 4, phys - 4, logic - 4)
+    (tmp_path / "t" / "meta.zr").write_bytes(bytes(meta))
+    with TokenDataset(tmp_path / "t") as ds:
+        for read in (
+            lambda: ds.document_starts(0, ds.num_tokens),
+            lambda: chute.PackedTokens(ds, 64, group=2).__getitems__(np.arange(4)),
+            lambda: chute.TokenWindows(ds, 64, documents=True).__getitems__(np.arange(4)),
+        ):
+            with pytest.raises(CorruptStoreError, match="record 1"):
+                read()
+
+
+@pytest.mark.parametrize("shards", [None, 2])
+def test_empty_spans_inside_a_record_read_nothing(tmp_path: Path, shards: int | None) -> None:
+    with write_tokens(tmp_path / "t", [np.arange(40)], dtype=np.uint16, record_tokens=7,
+                      shard_records=shards) as ds:  # fmt: skip
+        assert ds.tokens(3, 3).size == 0 and ds.document_starts(3, 3).size == 0
+        assert ds.read_spans([3, 10], [0, 2]).tolist() == [10, 11]
+        tokens, starts, counts = ds.read_spans_documents([3, 0], [0, 7])
+        assert tokens.tolist() == list(range(7)) and starts.tolist() == [0]
+        assert counts.tolist() == [0, 1]
 
 
 def test_an_unfinished_write_is_reported(tmp_path: Path) -> None:
@@ -310,3 +341,47 @@ def test_a_writer_killed_part_way_leaves_an_incomplete_dataset(tmp_path: Path) -
     with pytest.raises(IncompleteDatasetError, match="did not finish"):
         TokenDataset(path)  # and after its writer died: never a shorter corpus
     write_tokens(path, [[1, 2]], dtype=np.uint16, overwrite=True).close()  # its lock died with it
+
+
+_KILLED_PARALLEL_WRITER = """
+import multiprocessing, sys, time, numpy as np, chute
+def docs():
+    for i in range(1 << 20):
+        if i == 200:  # shards are being written by the pool: name its workers, then stall
+            print(*[p.pid for p in multiprocessing.active_children()], flush=True)
+            time.sleep(600)
+        yield np.arange(300, dtype=np.uint16)
+chute.write_tokens(sys.argv[1], docs(), record_tokens=256, shard_records=4, workers=2,
+                   progress=False)
+"""
+
+
+def test_a_parallel_writer_killed_takes_its_workers_and_its_lock_along(tmp_path: Path) -> None:
+    """Shards written by worker processes: a writer killed outright leaves no worker behind
+    holding the dataset's lock (or anything else), so writing again with overwrite works."""
+    import subprocess
+    import sys
+    import time
+
+    def alive(pid: int) -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return False
+        return state not in ("Z", "X")
+
+    path = tmp_path / "c"
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_PARALLEL_WRITER, str(path)],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout is not None
+        workers = [int(pid) for pid in child.stdout.readline().split()]
+    finally:
+        child.kill()
+        child.wait()
+    assert workers
+    deadline = time.monotonic() + 60
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(pid) for pid in workers)
+    write_tokens(path, [[1, 2]], dtype=np.uint16, shard_records=4, overwrite=True).close()

@@ -164,11 +164,24 @@ def test_threads_do_not_grow_with_the_sources() -> None:
         (({"a": np.arange(3)}, [float("nan")]), ValueError, "finite"),
         (({}, []), ValueError, "non-empty"),
         (({"a": np.arange(3)}, [1], {0: [1]}), ValueError, "schedule step"),
+        (({"a": np.arange(3), "b": np.arange(3)}, {1, 2}), TypeError, "not a set"),
+        (({"a": np.arange(3)}, 1), TypeError, "not a int"),
+        (({"a": np.arange(3), "b": np.arange(3)}, ["1", "2"]), TypeError, "must be numbers"),
+        (({"a": np.arange(3)}, [True]), TypeError, "must be numbers"),
     ],
 )
 def test_bad_mixtures_are_refused(args: tuple, error: type, words: str) -> None:
     with pytest.raises(error, match=words):
         mix(args[0], args[1], schedule=args[2] if len(args) > 2 else None)
+
+
+def test_weights_of_any_scale_share_alike() -> None:
+    """Weights are relative: scaled up to near the float limit (their sum past it) or down,
+    they share the records out the same way."""
+    sources = {"a": np.arange(100), "b": np.arange(100), "c": np.arange(100)}
+    for scale in (1.0, 1e-300, 1e308):
+        mixture = mix(sources, [1.5 * scale, 0.5 * scale, 1.0 * scale])
+        assert mixture.weights_at(0) == pytest.approx({"a": 0.5, "b": 1 / 6, "c": 1 / 3})
 
 
 def test_sources_must_gather_alike() -> None:

@@ -239,6 +239,12 @@ def test_varlen_drops_padding_and_marks_segments(corpus) -> None:
         assert set(batch) == {"tokens", "positions", "cu_seqlens", "max_seqlen"}
 
 
+def test_varlen_needs_segment_ids_and_positions(corpus) -> None:
+    batch = TokenWindows(corpus[0], 16).__getitems__(np.arange(2))
+    with pytest.raises(ValueError, match=r"segment ids and positions.*\['tokens'\]"):
+        varlen(batch)
+
+
 def test_a_stream_alone_must_gather_a_dict() -> None:
     class Squares:
         def __len__(self) -> int:

@@ -25,6 +25,7 @@ def read_tokens(
     out: _Buffer | None,
     doc_counts: _Buffer | None,
     threads: int,
+    held_only: bool = ...,
 ) -> tuple[int, int, int, int, bytearray | None, int]: ...
 def read_windows(
     sources: Sequence[tuple[tuple[int, int, int, int], tuple[Any, ...]]],

@@ -42,12 +42,14 @@ typedef struct {
     const int32_t *which; /* NULL: every span from source 0 */
     const int64_t *lo, *len;
     size_t n;
-    uint8_t *out;         /* the spans' tokens (NULL: document starts only, read in place
-                           * from the records whose length says they hold some) */
+    uint8_t *out;         /* the spans' tokens (NULL: document starts only) */
     const int64_t *dest;  /* where in out (in tokens) each span goes; NULL: end to end */
     uint64_t out_len;
     uint32_t itemsize;
     int64_t *doc_counts; /* NULL, or one per span: the document starts inside it */
+    int held_only;       /* with out NULL: an in-place record whose length in the table
+                          * leaves no room for starts is not read (packing's read: such a
+                          * record is read, and checked, with its tokens) */
     size_t max_threads;
     /* out */
     int code;

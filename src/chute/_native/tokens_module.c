@@ -67,7 +67,7 @@ static int get_source(PyObject *item, tok_source *s, store_views *sv, Py_buffer 
  * wanted): read_tokens' tuple. */
 static PyObject *read_spans(PyObject *sources_obj, const int32_t *which, const int64_t *lo,
                             const int64_t *len, size_t n, PyObject *out_obj, PyObject *counts_obj,
-                            Py_ssize_t threads) {
+                            Py_ssize_t threads, int held_only) {
     PyObject *fast = PySequence_Fast(sources_obj, "read_tokens takes a sequence of sources");
     if (!fast) return NULL;
     Py_ssize_t ns = PySequence_Fast_GET_SIZE(fast);
@@ -102,6 +102,7 @@ static PyObject *read_spans(PyObject *sources_obj, const int32_t *which, const i
         .out_len = (uint64_t)out.len,
         .itemsize = sources[0].itemsize,
         .doc_counts = counts.buf,
+        .held_only = held_only,
         .max_threads = threads > 0 ? (size_t)threads : 1,
     };
     Py_BEGIN_ALLOW_THREADS
@@ -132,14 +133,16 @@ done:
     return result;
 }
 
-/* read_tokens(sources, which, lo, len, out, doc_counts, threads)
+/* read_tokens(sources, which, lo, len, out, doc_counts, threads, held_only=False)
  *   -> (code, span, record, detail, docs, unchecked). code 0 is success; docs is the
- *      document starts (int64 bytes, span by span) when doc_counts is given, else None. */
+ *      document starts (int64 bytes, span by span) when doc_counts is given, else None;
+ *      held_only (with out None): see tok_args. */
 PyObject *chute_py_read_tokens(PyObject *self, PyObject *args) {
     PyObject *sources_obj, *which_obj, *lo_obj, *len_obj, *out_obj, *counts_obj;
     Py_ssize_t threads;
-    if (!PyArg_ParseTuple(args, "OOOOOOn", &sources_obj, &which_obj, &lo_obj, &len_obj, &out_obj,
-                          &counts_obj, &threads))
+    int held_only = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOn|p", &sources_obj, &which_obj, &lo_obj, &len_obj,
+                          &out_obj, &counts_obj, &threads, &held_only))
         return NULL;
     Py_buffer lo = {0}, len = {0}, which = {0};
     PyObject *result = NULL;
@@ -147,7 +150,8 @@ PyObject *chute_py_read_tokens(PyObject *self, PyObject *args) {
     size_t n = (size_t)lo.len / 8;
     if (chute_get_items(len_obj, &len, 8, n, 0, "len") < 0) goto done;
     if (which_obj != Py_None && chute_get_items(which_obj, &which, 4, n, 0, "which") < 0) goto done;
-    result = read_spans(sources_obj, which.buf, lo.buf, len.buf, n, out_obj, counts_obj, threads);
+    result = read_spans(sources_obj, which.buf, lo.buf, len.buf, n, out_obj, counts_obj, threads,
+                        held_only);
 done:
     Py_buffer *held[] = {&lo, &len, &which};
     for (size_t j = 0; j < sizeof held / sizeof *held; j++)
@@ -453,7 +457,7 @@ PyObject *chute_py_read_windows(PyObject *self, PyObject *args) {
     /* the token reader checks every span against its stream's tokens: a window past the
      * last whole one is a span past the end */
     result = read_spans(sources_obj, off ? which : NULL, spans, spans + n, n, out_obj, counts_obj,
-                        threads);
+                        threads, 0);
 done:
     free(spans);
     free(which);

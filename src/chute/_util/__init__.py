@@ -14,5 +14,6 @@ numpy), so any layer can import it without a cycle.
 - `tree`: walking a batch (dicts, tuples, lists of arrays), each array leaf mapped.
 - `fs`: atomic replacement of small files, fsync of folders, advisory locks.
 - `cores`: how many cores this process may use.
+- `orphans`: worker processes that end with their parent.
 - `state`: the one state contract of everything resumable, and its one validator.
 """

@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from chute._util.checks import check_int, check_optional_int
 from chute._util.fs import fsync_dir, held_lock, lock_exclusive
+from chute._util.orphans import die_with_parent
 from chute.datasets._one_store import write_records, write_rows
 from chute.datasets._schema import RecordSchema
 from chute.datasets._sharded_manifest import (
@@ -207,7 +208,9 @@ def iter_shards(
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     pool: Executor
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+    parent = os.getpid()  # a parent killed outright takes its workers (and their lock) along
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=die_with_parent,
+                             initargs=(parent,)) as pool:  # fmt: skip
         for name, payload in zip(names, payloads, strict=False):
             if len(pending) >= 2 * workers:
                 head, future = pending.popleft()

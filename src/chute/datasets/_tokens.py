@@ -290,8 +290,8 @@ class TokenDataset(StoreView):
         return self.read_spans([a], [b - a])
 
     def document_starts(self, start: int, stop: int) -> npt.NDArray[np.int64]:
-        """The stream offsets in ``start:stop`` where a document begins, rising (no token is
-        copied; in a local store only the records holding a start are read)."""
+        """The stream offsets in ``start:stop`` where a document begins, rising (each record
+        the span touches read and checked; no token copied)."""
         a = check_int("start", start, minimum=0, maximum=self._num_tokens)
         b = check_int("stop", stop, minimum=a, maximum=self._num_tokens)
         span = np.array([a], np.int64), np.array([b - a], np.int64)
@@ -359,6 +359,12 @@ class TokenDataset(StoreView):
 
     def document_span(self, i: int) -> tuple[int, int]:
         """Document ``i``'s ``(start, stop)`` in the stream."""
+        if not isinstance(i, (int, np.integer)) or isinstance(i, (bool, np.bool_)):
+            raise TypeError(
+                f"a token dataset is indexed by document number, got {type(i).__name__}; "
+                "ds.tokens(start, stop) reads any span of the stream"
+            )
+        i = int(i)
         index = self._document_index()
         n = int(index[-1])
         if not -n <= i < n:
@@ -379,12 +385,7 @@ class TokenDataset(StoreView):
 
     def __getitem__(self, i: int) -> npt.NDArray[Any]:
         """Document ``i``'s tokens."""
-        if not isinstance(i, (int, np.integer)) or isinstance(i, (bool, np.bool_)):
-            raise TypeError(
-                f"a token dataset is indexed by document number, got {type(i).__name__}; "
-                "ds.tokens(start, stop) reads any span of the stream"
-            )
-        start, stop = self.document_span(int(i))
+        start, stop = self.document_span(i)
         return self.read_spans([start], [stop - start])
 
     def __repr__(self) -> str:
@@ -411,17 +412,21 @@ def read_token_spans(
     *,
     documents: bool = False,
     copy: bool = True,
+    held_only: bool = False,
 ) -> TokenRead:
     """Tokens ``lo[k]:lo[k] + count[k]`` of the stream of ``datasets[which[k]]`` (all of the
     first when ``which`` is None) for each k, in one call of the compiled core across the
     datasets (of one token dtype, the spans checked by `TokenDataset.check_spans`); with
-    ``copy=False`` only the document starts (``tokens`` is then empty; a local store's
-    records read only where the record table says they hold a start)."""
+    ``copy=False`` only the document starts (``tokens`` is then empty), from every record
+    the spans touch, or with ``held_only`` from a local store's records whose length in the
+    record table leaves room for starts (packing's read: a record passed over is read, and
+    checked, with its tokens)."""
     tokens = np.empty(int(count.sum()) if copy else 0, datasets[0].dtype)
     counts = np.empty(lo.size, np.int64) if documents else None
+    out = tokens if copy else None
 
     def read(sources: list[Any], threads: int) -> _Result:
-        return read_tokens(sources, which, lo, count, tokens if copy else None, counts, threads)
+        return read_tokens(sources, which, lo, count, out, counts, threads, held_only)
 
     def touched(s: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         mine = slice(None) if which is None else which == s

@@ -26,6 +26,7 @@ its first pass, and adding a source does not reorder the others.
 from __future__ import annotations
 
 import hashlib
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,13 +61,21 @@ def _integer_weights(weights: Any, names: Sequence[str], where: str) -> tuple[in
                 f"{missing or 'none'}; give one weight per source, {list(names)}"
             )
         values = [weights[n] for n in names]
-    else:
+    elif isinstance(weights, (Sequence, np.ndarray)) and not isinstance(weights, (str, bytes)):
         values = list(weights)
         if len(values) != len(names):
             raise ValueError(f"{where}: {len(values)} weights for {len(names)} sources")
+    else:
+        raise TypeError(
+            f"{where}: give weights as a mapping by source name or a list in the sources' "
+            f"order, not a {type(weights).__name__}"
+        )
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in values):
+        raise TypeError(f"{where}: weights must be numbers, got {values!r}")
     w = np.asarray(values, np.float64)
-    if not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+    if not np.isfinite(w).all() or (w < 0).any() or not w.any():
         raise ValueError(f"{where}: weights must be finite, non-negative and not all 0")
+    w = w / w.max()  # any scale: a sum of weights near the float limit would overflow
     exact = w / w.sum() * _SCALE
     base = np.floor(exact).astype(np.int64)
     short = _SCALE - int(base.sum())
@@ -225,8 +234,9 @@ def _merge(parts: list[tuple[npt.NDArray[np.intp], Any]], n: int, names: Sequenc
         keys = list(first)
         for _, value in parts:
             if not isinstance(value, Mapping) or list(value) != keys:
-                raise TypeError(f"the sources of a mixture gather different entries; {keys} "
-                                f"from one, {type(value).__name__} from another")  # fmt: skip
+                got = list(value) if isinstance(value, Mapping) else type(value).__name__
+                raise TypeError(f"the sources of a mixture gather different entries: {keys} "
+                                f"from one, {got} from another")  # fmt: skip
         return {k: _merge([(w, v[k]) for w, v in parts], n, names) for k in keys}
     if isinstance(first, np.ndarray):
         arrays = [np.asarray(v) for _, v in parts]

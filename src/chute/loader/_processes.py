@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import itertools
 import math
 import mmap
@@ -41,12 +40,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from chute._util.orphans import die_with_parent
 from chute.errors import LoaderWorkerError
 from chute.loader._recipe import Batch, Recipe
 from chute.loader._streams import GathersInto, unfold
 
 _ALIGN = 64
-_PR_SET_PDEATHSIG = 1
 _OPEN: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
 
 
@@ -95,12 +94,6 @@ def _unpack(obj: Any, root: npt.NDArray[np.uint8]) -> Any:
 # -- in a worker ----------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
 class _Slots:
     """A worker's slots: id -> (descriptor, mapping, size); those the parent gave back."""
 
@@ -130,7 +123,7 @@ class _Slots:
 
 def _serve(conn: Any, payload: bytes, parent: int) -> None:
     """A worker's life: build the steps it is sent until told to stop or its parent goes."""
-    _die_with_parent()
+    die_with_parent(parent)
     streams, recipe = pickle.loads(payload)
     slots = _Slots()
     direct = _direct(streams) if recipe.identity else None

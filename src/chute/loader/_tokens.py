@@ -320,7 +320,7 @@ class PackedTokens:
         g = np.array(groups, np.int64)
         start, stop, reach = self._spans(g)
         read = read_token_spans([self.tokens], None, start, reach - start, documents=True,
-                                copy=False)  # fmt: skip
+                                copy=False, held_only=True)  # fmt: skip
         begins, counts = read.starts, read.counts
         last = np.flatnonzero(stop == self.tokens.num_tokens)
         if last.size:  # the stream's end closes its last document
@@ -363,6 +363,11 @@ def varlen(batch: Batch) -> Batch:
     >>> out["tokens"].tolist(), out["cu_seqlens"].tolist(), out["max_seqlen"]
     ([5, 6, 7, 8, 9], [0, 2, 3, 5], 2)
     """
+    if "segment_ids" not in batch or "positions" not in batch:
+        raise ValueError(
+            "varlen takes a batch with segment ids and positions (chute.PackedTokens, or "
+            f"TokenWindows(..., documents=True)); this one holds {sorted(batch)}"
+        )
     segment_ids = np.asarray(batch["segment_ids"])
     keep = segment_ids.reshape(-1) != 0
     flat_ids = segment_ids.reshape(-1)[keep]
