@@ -129,3 +129,46 @@ def test_kill_during_compact(tmp_path: Path, trial: int) -> None:
             stats = s.stats()
         assert stats["chunk_bytes"] == stats["live_bytes"]
     assert lines[0] == "ready"
+
+
+_KILLED_IN_DELETE = r"""
+import os, signal, sys
+from chute import RecordStore
+import chute.store._write as write
+
+with RecordStore(sys.argv[1], mode="a") as s:
+    real = write._native.store_state
+
+    def killed(buf, *state):  # the tail entry is in the hole; the length never drops
+        if buf is s._files.meta:
+            os.kill(os.getpid(), signal.SIGKILL)
+        real(buf, *state)
+
+    write._native.store_state = killed
+    s.delete([0])
+"""
+
+
+def test_compacting_after_a_delete_killed_part_way_keeps_every_record(tmp_path: Path) -> None:
+    """A delete killed between copying the tail entry into the hole and dropping the length
+    leaves the tail record named twice; compacting then moves those bytes once, for both
+    entries, and overwrites no record that has not moved yet (the deleted record being
+    smaller than the duplicated one, with a record after it)."""
+    path = tmp_path / "s.zr"
+    records = [bytes([65 + i]) * n for i, n in enumerate([10, 100, 100, 100, 100, 100])]
+    with RecordStore(path, mode="w", codec="raw") as s:
+        s.append(records)
+        s.delete([1])
+        s.compact()
+    done = subprocess.run([sys.executable, "-c", _KILLED_IN_DELETE, str(path)], check=False)
+    assert done.returncode == -signal.SIGKILL
+    twice = [records[4], records[5], records[2], records[3], records[4]]
+    assert all_records(path) == twice  # the tail (E) in the hole, and still at the end
+    with RecordStore(path, mode="a") as s:
+        s.compact()
+    assert all_records(path) == twice
+    with RecordStore(path, mode="a") as s:
+        s.delete([4])
+        s.compact()
+        assert s.stats()["chunk_bytes"] == s.stats()["live_bytes"]
+    assert all_records(path) == twice[:4]

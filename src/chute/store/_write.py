@@ -28,9 +28,12 @@ Crash-safety and reader-safety order, for every mutation (the one place it is ar
 * delete: per target, highest first, the tail entry is copied into the hole and then
   ``length`` drops by one. A kill between the two leaves the tail record present twice and
   the target gone; every record not being deleted stays readable.
-* compact: records move down in physical order. A record whose new place overlaps its old
-  bytes is first copied past the frontier and the table pointed there, so the table never
-  names bytes that are being overwritten. Then the header names the packed layout, and only
+* compact: records move down in physical order, each run of bytes once with every entry
+  naming it (a delete killed part way names its tail record twice: moved apart, the second
+  copy would land on a record not yet moved); records overlapping otherwise are damage,
+  refused before anything moves. A record whose new place overlaps its old bytes is first
+  copied past the frontier and the table pointed there, so the table never names bytes
+  that are being overwritten. Then the header names the packed layout, and only
   then are files cut (by prefix copy) and the chunks past the new tail unlinked; a kill in
   between leaves longer files, cut by the next compaction. Re-running finishes the job.
 * reset (mode "w"): the header says zero records before any chunk is replaced or unlinked.
@@ -287,33 +290,60 @@ class Writer:
 
     def compact(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Pack live records densely from chunk 0; returns the bytes freed. ``progress``
-        gets (bytes done, bytes to do) as records move and files are cut."""
+        gets (bytes done, bytes to do) as records move and files are cut.
+
+        Entries naming the same bytes (the record a delete killed part way left twice) move
+        as one: the bytes are laid out once and every such entry follows them. Records that
+        overlap otherwise are damage, refused before anything moves."""
         before = int(self.snap.limits.sum(dtype=np.uint64))
         live = self.files.table[: self.length]
-        order = np.lexsort((live["offset"], live["chunk_id"]))
-        phys = live["phys_length"][order]
-        new_chunk, new_off, _, end = place(phys, 0, 0)
-        old_chunk, old_off = live["chunk_id"][order], live["offset"][order]
+        order = np.lexsort((live["phys_length"], live["offset"], live["chunk_id"]))
+        chunk, off, phys = (live[f][order] for f in ("chunk_id", "offset", "phys_length"))
+        fresh = np.ones(order.size, bool)  # the first entry naming its bytes
+        fresh[1:] = (chunk[1:] != chunk[:-1]) | (off[1:] != off[:-1]) | (phys[1:] != phys[:-1])
+        self._check_disjoint(order[fresh], chunk[fresh], off[fresh], phys[fresh])
+        owner = np.cumsum(fresh) - 1  # each entry's run of bytes
+        size = phys[fresh]
+        new_chunk, new_off, _, end = place(size, 0, 0)
+        old_chunk, old_off = chunk[fresh], off[fresh]
         moved = (new_chunk != old_chunk) | (new_off != old_off)
-        overlap = moved & (new_chunk == old_chunk) & (new_off.astype(np.int64) + phys > old_off)
+        overlap = moved & (new_chunk == old_chunk) & (new_off.astype(np.int64) + size > old_off)
         with changing(self.files, self.durable) as self.generation:
-            bounce = self._reserve_bounce(int(phys[overlap].max()) if overlap.any() else 0)
+            bounce = self._reserve_bounce(int(size[overlap].max()) if overlap.any() else 0)
             self._stamp_sums(in_step=False)
             ends = np.zeros(end[0] + 1, np.uint64)
-            np.maximum.at(ends, new_chunk, new_off.astype(np.uint64) + phys)
+            np.maximum.at(ends, new_chunk, new_off.astype(np.uint64) + size)
             ends[end[0]] = end[1]
-            report = _Report(progress, int(phys[moved].sum(dtype=np.uint64)) + self._to_cut(ends))
+            report = _Report(progress, int(size[moved].sum(dtype=np.uint64)) + self._to_cut(ends))
             for k in np.flatnonzero(moved).tolist():
-                self._move(
-                    int(order[k]), int(new_chunk[k]), int(new_off[k]), bool(overlap[k]), bounce
-                )
-                report.advance(int(phys[k]))
+                entries = order[owner == k].tolist()
+                self._move(entries, int(new_chunk[k]), int(new_off[k]), bool(overlap[k]), bounce)
+                report.advance(int(size[k]))
             self.sync()
             self._commit(end[0], end[1], self.length)
             self._cut_chunks(ends, report)
             self.publish()
             report.finish()
         return before - int(self.snap.limits.sum(dtype=np.uint64))
+
+    def _check_disjoint(
+        self,
+        records: npt.NDArray[np.intp],
+        chunk: npt.NDArray[np.uint16],
+        off: npt.NDArray[np.uint32],
+        phys: npt.NDArray[np.uint32],
+    ) -> None:
+        """Distinct runs of bytes of live records, in physical order: each must end before
+        the next begins (``records``: an entry naming each)."""
+        starts = off.astype(np.int64)
+        clash = (chunk[1:] == chunk[:-1]) & (starts[1:] < starts[:-1] + phys[:-1])
+        if clash.any():
+            k = int(np.flatnonzero(clash)[0])
+            raise CorruptStoreError(
+                f"{self.path}: records {int(records[k])} and {int(records[k + 1])} overlap in "
+                f"chunk {int(chunk[k])}: meta.zr is damaged; nothing was moved",
+                int(records[k + 1]),
+            )
 
     def _to_cut(self, ends: npt.NDArray[np.uint64]) -> int:
         """Bytes `_cut_chunks` will copy: the kept part of every chunk longer than it."""
@@ -353,22 +383,28 @@ class Writer:
         return chunk, start
 
     def _move(
-        self, index: int, chunk: int, offset: int, overlap: bool, bounce: tuple[int, int]
+        self, entries: list[int], chunk: int, offset: int, overlap: bool, bounce: tuple[int, int]
     ) -> None:
-        loc = self.files.table[index]
+        """The bytes ``entries`` name, to ``chunk``/``offset``, each entry pointed there once
+        they are written (by way of the bounce area first where the new place overlaps the
+        old: no entry ever names bytes being overwritten)."""
+        loc = self.files.table[entries[0]]
         size, old_chunk, old_off = int(loc["phys_length"]), int(loc["chunk_id"]), int(loc["offset"])
         fds = self.files.chunk_fds
         try:
             data = pread_exact(fds[old_chunk], size, old_off)
         except EOFError:
             raise CorruptStoreError(
-                f"{self.path}: record {index} lies past the end of chunk {old_chunk}", index
+                f"{self.path}: record {entries[0]} lies past the end of chunk {old_chunk}",
+                entries[0],
             ) from None
         if overlap:
             pwrite_all(fds[bounce[0]], data, bounce[1])
-            self._relocate(index, *bounce)
+            for index in entries:
+                self._relocate(index, *bounce)
         pwrite_all(fds[chunk], data, offset)
-        self._relocate(index, chunk, offset)
+        for index in entries:
+            self._relocate(index, chunk, offset)
 
     def _relocate(self, index: int, chunk: int, offset: int) -> None:
         """Point entry ``index`` (and its checksum's place) at ``chunk``/``offset``, each
