@@ -46,6 +46,22 @@ def test_chute_reads_loaderx(tmp_path: Path, codec: str) -> None:
     assert ds.store.stats()["codecs"][codec] > 0
 
 
+@pytest.mark.parametrize("dtype", ["M8[D]", "m8[ns]"])
+def test_dates_and_durations_move_both_ways(tmp_path: Path, dtype: str) -> None:
+    """numpy's datetime64 and timedelta64 hold no buffer of their own: chute reads them as
+    the 8-byte integers they are stored as, whoever wrote the store."""
+    a = (np.arange(24, dtype=np.int64).reshape(6, 4) * 86_400).astype(dtype)
+    chute.write_dataset(tmp_path / "c.zr", a)
+    loaderx.write_dataset(str(tmp_path / "l.zr"), a)
+    assert np.array_equal(loaderx.Dataset(str(tmp_path / "c.zr"))[np.arange(6)], a)
+    for name in ("c.zr", "l.zr"):
+        with chute.Dataset(tmp_path / name) as ds:
+            assert ds.dtype == a.dtype
+            assert np.array_equal(ds[[5, 0, 3]], a[[5, 0, 3]]) and ds[2].tolist() == a[2].tolist()
+            out = np.empty((2, 4), a.dtype)
+            assert np.array_equal(ds.gather_into([1, 4], out), a[[1, 4]])
+
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_chute_appends_deletes_compacts_a_loaderx_store(tmp_path: Path, codec: str) -> None:
     a = images(200)

@@ -247,3 +247,52 @@ def test_cheap_steps_go_to_a_worker_in_runs_with_the_same_stream_errors_and_seek
         assert int(next(dl)["y"][0]) == 450
         dl.seek(3)
         assert [int(next(dl)["y"][0]) for _ in range(3)] == [30, 40, 50]
+
+
+def test_two_threads_taking_batches_get_each_step_once() -> None:
+    """next() from two threads at once: served one after another, every step delivered to
+    exactly one of them, none twice, none lost."""
+    got: list[int] = []
+    lock = threading.Lock()
+    with DataLoader({"y": np.arange(10_000)}, batch_size=8, sampler="sequential",
+                    num_threads=2) as loader:  # fmt: skip
+
+        def take() -> None:
+            for _ in range(200):
+                first = int(next(loader)["y"][0])
+                with lock:
+                    got.append(first)
+
+        threads = [threading.Thread(target=take) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert loader.step == 400
+    assert sorted(got) == list(range(0, 3200, 8))
+
+
+def test_closing_while_another_thread_iterates_ends_it_cleanly() -> None:
+    ended: list[BaseException] = []
+
+    def slow(batch: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(0.01)
+        return batch
+
+    loader = DataLoader({"y": np.arange(1000)}, batch_size=8, num_threads=2, transform=slow)
+
+    def iterate() -> None:
+        try:
+            for _ in loader:
+                pass
+        except BaseException as e:
+            ended.append(e)
+
+    thread = threading.Thread(target=iterate)
+    thread.start()
+    time.sleep(0.2)
+    loader.close()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert len(ended) == 1 and isinstance(ended[0], RuntimeError)
+    assert "closed" in str(ended[0])

@@ -170,6 +170,42 @@ def test_a_dictionary_record_without_its_dictionary_is_cleared(tmp_path: Path) -
     assert not (path / "dict.zr").exists() and not (path / "dict.chute").exists()
 
 
+def test_a_writer_refuses_a_tail_chunk_cut_short(tmp_path: Path) -> None:
+    """Appending past a cut would fill the gap with zeros and the lost records would read as
+    zeros: the writer refuses to open such a store; replacing it is still possible."""
+    path = tmp_path / "s.zr"
+    rows = np.arange(100 * 64, dtype=np.uint32).reshape(100, 64) + 1
+    chute.write_dataset(path, rows, codec="raw").close()
+    os.truncate(path / "0.zr", os.path.getsize(path / "0.zr") // 2)
+    with pytest.raises(CorruptStoreError, match="cut"):
+        chute.write_dataset(path, rows[:1], mode="a")
+    assert os.path.getsize(path / "0.zr") == rows.nbytes // 2  # nothing was written
+    with Dataset(path) as ds, pytest.raises(CorruptStoreError):
+        ds[np.arange(100)]
+    with chute.write_dataset(path, rows[:3], overwrite=True) as ds:
+        assert np.array_equal(ds[np.arange(3)], rows[:3])
+
+
+@pytest.mark.parametrize("shards", [None, 10])
+def test_a_raw_record_with_two_lengths_is_damage_not_a_size_mismatch(
+    tmp_path: Path, shards: int | None
+) -> None:
+    """A table entry whose logical length differs from its stored one, for a raw record, is
+    damage, named as such before its size is compared with the batch's slot."""
+    path = tmp_path / "d"
+    chute.write_dataset(path, np.arange(100 * 64, dtype=np.uint32).reshape(100, 64),
+                        codec="raw", shard_records=shards).close()  # fmt: skip
+    meta = path / ("part-00001.zr" if shards else ".") / "meta.zr"
+    with open(meta, "r+b") as f:  # record 5's logical length
+        f.seek(16 + 16 * 5 + 8)
+        f.write(struct.pack("<I", 3))
+    hit = 15 if shards else 5
+    with Dataset(path) as ds:
+        for idx in (np.arange(100), np.array([hit]), np.array([hit, 3])):
+            with pytest.raises(CorruptStoreError, match="record 5"):
+                ds[idx]
+
+
 def test_missing_chunk_and_bad_header(pristine: dict[str, Path], tmp_path: Path) -> None:
     path = damaged_copy(pristine, "zstd", tmp_path)
     (path / "0.zr").unlink()

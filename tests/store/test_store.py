@@ -201,6 +201,11 @@ def test_bad_input(store_path: Path) -> None:
             s.gather([-1])
         with pytest.raises(TypeError, match="integers"):
             s.gather_packed([0.5])  # type: ignore[list-item]
+        for lengths in ([2**64 - 1, 1], [2**70, 1], [1.5, 0.5], [True, False]):
+            with pytest.raises(TypeError, match="record lengths must be integers"):
+                s.append_packed(np.zeros(2, np.uint8), lengths)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="1 MiB"):
+            s.append_packed(np.zeros(2, np.uint8), np.array([2**63, 2], np.uint64))
         assert len(s) == 1  # nothing half-written
         s.train_dict([record(i) for i in range(50)])
         with pytest.raises(StoreError, match="already has a dictionary"):

@@ -153,6 +153,9 @@ static void gather_shard(void *p, size_t begin, size_t end, size_t shard) {
                 /* damage, not a size mismatch: say so before comparing with the slot */
                 code = GE_TOO_LARGE;
                 detail = loc->logic_length > MAX_RECORD ? loc->logic_length : loc->phys_length;
+            } else if (loc->codec == CODEC_RAW && loc->phys_length != loc->logic_length) {
+                code = GE_LENGTH; /* likewise: a raw record has one length */
+                detail = loc->phys_length;
             } else if (loc->logic_length != want) {
                 code = GE_DST;
                 detail = loc->logic_length;

@@ -356,6 +356,7 @@ class ShardedStore(Closing):
             sizes = store.lengths(local) if self._uniform[s] != stride else None
             if sizes is not None and (sizes != stride).any():
                 k = int(np.argmax(sizes != stride))
+                store.gather(local[k : k + 1], np.empty(stride, np.uint8))  # damage, if it is
                 raise ValueError(
                     f"record {int(idx[pos[k]])} holds {int(sizes[k])} bytes, but its slot in "
                     f"the batch is {stride} bytes: the record does not match the requested size "

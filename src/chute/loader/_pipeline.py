@@ -147,6 +147,8 @@ class Pipeline(Closing):
         self._buffers: BatchBuffers | None = None
         self._prepare: Callable[[Batch], Any] | None = None
         self._owner: weakref.ref[object] | None = None  # the device stage fed, if any
+        # one consumer at a time: two threads calling next() each get their own steps
+        self._consuming = threading.RLock()
 
     @property
     @abstractmethod
@@ -274,17 +276,27 @@ class Pipeline(Closing):
 
     def seek(self, step: int) -> None:
         """Make ``step`` the next batch; work queued for other steps is dropped."""
-        self._check_caller()
-        self._move(step)
-        self._drop_pending()
-        self._next_submit = self._expect = self.step
+        with self._consuming:
+            self._check_caller()
+            self._move(step)
+            self._drop_pending()
+            self._next_submit = self._expect = self.step
 
     def __iter__(self) -> Self:
         return self
 
     def __next__(self) -> Batch:
+        """The next step's batch; threads calling it at once are served one after another,
+        each step once."""
+        with self._consuming:
+            return self._next()
+
+    def _closed_error(self) -> RuntimeError:
+        return RuntimeError(f"the {type(self).__name__} is closed")
+
+    def _next(self) -> Batch:
         if self._closed:
-            raise RuntimeError(f"the {type(self).__name__} is closed")
+            raise self._closed_error()
         self._check_caller()
         end, step = self._end, self.step
         if end is not None and step >= end:
@@ -304,10 +316,14 @@ class Pipeline(Closing):
             self.seek(step)
         if self._next_submit - step < self.prefetch:
             self._submit(pool, step, end)
-        run = self._pending[0]
         try:
+            if self._closed or not self._pending:  # closed by another thread meanwhile
+                raise self._closed_error()
+            run = self._pending[0]
             if run.batches is None:
                 self._take(run, pool)
+            if self._closed:
+                raise self._closed_error()
             assert run.batches is not None
             at = step - run.first
             if at == len(run.batches):
@@ -317,8 +333,10 @@ class Pipeline(Closing):
             run.batches[at] = None  # the caller holds the batch alone (buffers recycle)
         except BaseException:
             self.seek(step)  # stay at the failed step; drop what was queued behind it
+            if self._closed:  # its work was cancelled by close()
+                raise self._closed_error() from None
             raise
-        if at + 1 == run.count:
+        if at + 1 == run.count and self._pending and self._pending[0] is run:
             self._pending.popleft()
         self._move(step + 1)
         self._expect = step + 1

@@ -74,6 +74,8 @@ def gather(
     """One native call; raises `GatherFailed` on the first bad record, else returns how
     many records had no checksum to match."""
     table, limits, chunks, ddict, sums, strict = native_store(snap, verify)
+    if isinstance(dst, np.ndarray) and dst.dtype.kind in "Mm":  # no buffer of their own
+        dst = dst.view(np.int64)
     try:
         code, pos, detail, unchecked = _native.gather(
             table, limits, chunks, idx, dst, stride, offsets, ddict, sums, strict, threads

@@ -488,10 +488,13 @@ class RecordStore(Closing):
         writer = self._check_writable()
         c = self._codec if codec is None else fmt.parse_codec(codec)
         flat = _bytes_of(data)
-        lens = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        lens = np.asarray(lengths).reshape(-1)
+        if lens.size and (lens.dtype.kind not in "iu"):  # objects: ints past 64 bits
+            raise TypeError(f"record lengths must be integers of at most 1 MiB, got {lengths!r}")
         if lens.size and int(lens.min()) < 0:
             raise ValueError("record lengths must be non-negative")
         fmt.check_record_bytes(lens)
+        lens = lens.astype(np.int64)
         if int(lens.sum()) != flat.size:
             raise ValueError(f"lengths add up to {int(lens.sum())} bytes, data has {flat.size}")
         if writer.length + lens.size > fmt.MAX_RECORDS:

@@ -97,6 +97,7 @@ class Writer:
         files.open_dict()
         self._open_sums()
         self._drop_uncommitted_tail()
+        self._check_tail_whole()
         self.generation = files.generation()
         self.snap: Snapshot = files.snapshot(self.state, self.generation)
 
@@ -153,6 +154,17 @@ class Writer:
         while (self.path / fmt.chunk_file(c)).exists():
             (self.path / fmt.chunk_file(c)).unlink()
             c += 1
+
+    def _check_tail_whole(self) -> None:
+        """The tail chunk reaches the frontier: appending to one cut short would fill the
+        gap with zeros, and the records that lay there would read as zeros, not damage."""
+        size = os.fstat(self.files.chunk_fds[self.tail_chunk]).st_size
+        if size < self.tail_offset:
+            raise CorruptStoreError(
+                f"{self.path}: chunk file {fmt.chunk_file(self.tail_chunk)} is {size} bytes, "
+                f"short of the {self.tail_offset} its records reach: it was cut; the store is "
+                "damaged and is not written to (verify() names the records lost)"
+            )
 
     # ---- append --------------------------------------------------------------------
 
