@@ -209,3 +209,38 @@ def test_tail_takes_a_folder_of_runs(tmp_path, capsys):
     assert main(["tail", str(tmp_path / "runs" / "a"), "-n", "1"]) == 0
     assert capsys.readouterr().out.splitlines() == ["2: x=1"]  # one run: no prefix
     assert main(["tail", str(tmp_path / "none")]) == 1
+
+
+@pytest.mark.parametrize("cmd", [["ls"], ["tail", "-n", "2"], ["verify"]])
+def test_a_damaged_archive_is_named_not_skipped(tmp_path, capsys, cmd):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.plattli").write_bytes(b"PK\x03\x04garbage")
+    assert main([cmd[0], str(run), *cmd[1:]]) == 1
+    err = capsys.readouterr().err
+    assert str(run / "metrics.plattli") in err and "no runs" not in err
+    lone = tmp_path / "lone.plattli"
+    lone.write_bytes(b"not a zip")
+    assert main([cmd[0], str(lone), *cmd[1:]]) == 1
+    assert str(lone) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cmd", ["ls", "tail"])
+def test_a_folder_of_runs_reports_its_damaged_ones(tmp_path, capsys, cmd):
+    runs = tmp_path / "runs"
+    w = cm.DirectWriter(runs / "good")
+    w.write(x=1.0)
+    w.end_step()
+    w.finish()
+    (runs / "bad").mkdir()
+    (runs / "bad" / "metrics.plattli").write_bytes(b"PK\x03\x04garbage")
+    (runs / "stray.plattli").write_bytes(b"not a zip")
+    assert main([cmd, str(runs)]) == 1
+    out, err = capsys.readouterr()
+    for damaged in ("bad/metrics.plattli", "stray.plattli"):
+        assert str(runs / damaged) in err
+    if cmd == "ls":
+        table = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:]}
+        assert table == {"bad": "damaged", "good": "finished", "stray.plattli": "damaged"}
+    else:
+        assert out.splitlines() == ["good: 0: x=1"]

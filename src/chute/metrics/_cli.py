@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from chute._util.cores import usable_cores
-from chute.errors import QueryError
+from chute.errors import CorruptRunError, QueryError
 
+from . import _format as F
 from ._jsonl import DEFAULT_SKIP, ConvertOptions, convert_run, find_runs
 from ._query import Query, flatten_config, last_values, parse, run_row
 from ._reader import Reader
@@ -114,7 +115,7 @@ def main(argv: list[str]) -> int:
         if args.cmd == "from-tensorboard":
             return _from_tensorboard(args)
         if args.cmd == "ls":
-            if not is_run(args.run):
+            if not _claims_run(args.run):
                 return _ls_runs(args.run, args.where)
             if args.where is not None:
                 print(f"chute metrics ls: --where filters the runs of a folder; {args.run!r} "
@@ -251,7 +252,7 @@ def _ls(run: str) -> int:
 def _runs_of(given: str) -> list[tuple[str, str]]:
     """The runs a path names, each with the name to show for it: the run itself, or the
     runs found under a folder (named relative to it), as `ls` and `serve` take them."""
-    if is_run(given):
+    if _claims_run(given):
         return [(given, given)]
     if not os.path.isdir(given):
         raise FileNotFoundError(f"{given!r} is neither a run nor a folder of runs")
@@ -261,17 +262,26 @@ def _runs_of(given: str) -> list[tuple[str, str]]:
     return [(run, os.path.relpath(run, given)) for run in runs]
 
 
+def _claims_run(path: str) -> bool:
+    """Whether `path` is a run or says it is one: a `*.plattli` file, or a folder holding a
+    `metrics.plattli` (a damaged archive is then reported by opening it, not skipped)."""
+    if os.path.isfile(path):
+        return path.endswith(".plattli") or is_run(path)
+    return is_run(path) or os.path.isfile(os.path.join(path, F.ZIP_NAME))
+
+
 def _find_runs(root: str) -> list[str]:
-    """Runs under `root`: folders that are runs (not searched further) and `*.plattli` files."""
+    """Runs under `root`: folders that are runs (not searched further) and `*.plattli` files,
+    damaged ones included."""
     found = []
     for d, dirs, files in os.walk(root):
-        if d != root and is_run(d):
+        if d != root and _claims_run(d):
             found.append(d)
             dirs.clear()
             continue
         dirs.sort()
         found += [os.path.join(d, f) for f in sorted(files) if f.endswith(".plattli")]
-    return sorted(r for r in found if is_run(r))
+    return sorted(found)
 
 
 def _ls_runs(root: str, where: Query | None = None) -> int:
@@ -281,35 +291,46 @@ def _ls_runs(root: str, where: Query | None = None) -> int:
     if not runs:
         raise FileNotFoundError(f"no runs under {root!r}")
     rows = [("run", "state", "metrics", "rows", "exported")]
+    damaged = 0
     for run in runs:
-        with Reader(run) as r:
-            state = "finished" if r.finished else "live"
-            if where is not None:
-                config = flatten_config(r.config())
-                fields = run_row(
-                    config,
-                    last_values(r, where.fields - config.keys()),
-                    run=os.path.relpath(run, root),
-                    status=state,
-                    metrics=len(r.metrics()),
-                )
-                if not where.matches(fields):
-                    continue
-            rows.append(
-                (
-                    os.path.relpath(run, root),
-                    state,
-                    str(len(r.metrics())),
-                    str(r.approx_max_rows()),
-                    r.when_exported() or "-",
-                )
-            )
+        try:
+            row = _run_row(run, root, where)
+        except (CorruptRunError, OSError) as e:
+            print(f"chute metrics ls: {e}", file=sys.stderr)
+            damaged += 1
+            row = (os.path.relpath(run, root), "damaged", "-", "-", "-")
+        if row is not None:
+            rows.append(row)
     if where is not None and len(rows) == 1:
         print(f"no run under {root!r} matches {where.text!r}", file=sys.stderr)
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    return 0
+    return 1 if damaged else 0
+
+
+def _run_row(run: str, root: str, where: Query | None) -> tuple[str, str, str, str, str] | None:
+    """`ls DIR`'s line for one run (None: `where` does not match it)."""
+    with Reader(run) as r:
+        state = "finished" if r.finished else "live"
+        if where is not None:
+            config = flatten_config(r.config())
+            fields = run_row(
+                config,
+                last_values(r, where.fields - config.keys()),
+                run=os.path.relpath(run, root),
+                status=state,
+                metrics=len(r.metrics()),
+            )
+            if not where.matches(fields):
+                return None
+        return (
+            os.path.relpath(run, root),
+            state,
+            str(len(r.metrics())),
+            str(r.approx_max_rows()),
+            r.when_exported() or "-",
+        )
 
 
 def _verify(run: str) -> int:
@@ -347,9 +368,15 @@ def _tail(args: argparse.Namespace) -> int:
     found = _runs_of(args.run)
     prefix = {run: f"{label}: " if len(found) > 1 else "" for run, label in found}
     last: dict[str, int] = {}
+    damaged = 0
     for run, _ in found:
-        with Reader(run) as r:
-            rows = _steps_after(r, -1)
+        try:
+            with Reader(run) as r:
+                rows = _steps_after(r, -1)
+        except CorruptRunError as e:  # named, and the other runs followed
+            print(f"chute metrics tail: {e}", file=sys.stderr)
+            damaged += 1
+            continue
         _print_steps(dict(list(rows.items())[-args.lines :]) if args.lines > 0 else {},
                      prefix[run])  # fmt: skip
         last[run] = max(rows, default=-1)
@@ -371,4 +398,4 @@ def _tail(args: argparse.Namespace) -> int:
                 live.discard(run)
         if args.idle_exit is not None and time.monotonic() - idle_since >= args.idle_exit:
             break
-    return 0
+    return 1 if damaged else 0

@@ -115,13 +115,16 @@ class ColumnStore:
         if os.path.exists(mpath):
             with open(mpath, "rb") as f:
                 manifest = F.load_manifest(f.read(), mpath)
+            # Every entry is checked before a file is touched: a name leading out of the run
+            # ('..', an absolute path) or a damaged entry refuses the resume, changing nothing.
+            entries = F.entries_of(manifest, mpath)
             hot = any(os.path.exists(store._path(h)) for h in (F.HOT, F.HOT_COMPACTING))
-            for name in F.metric_names(manifest):
+            for name, entry in entries.items():
                 if not hot:
-                    store._check_files(name, manifest[name])
-                col_cuts = store._recover_column(name, manifest[name], resume_step)
+                    store._check_files(entry)
+                col_cuts = store._recover_column(entry, resume_step)
                 if col_cuts is None:
-                    dropped.append((name, manifest[name]["dtype"]))
+                    dropped.append((name, entry.code))
                     continue
                 cuts += [(r, n) for r, n in col_cuts if os.path.getsize(store._path(r)) != n]
             if cuts:
@@ -143,14 +146,14 @@ class ColumnStore:
                 store._delete_files(name, code)
         return store
 
-    def _check_files(self, name: str, entry: dict[str, Any]) -> None:
+    def _check_files(self, entry: F.Entry) -> None:
         """Files a manifest entry commits to must exist (absent only while a hot log holds
         rows a compaction has not written yet)."""
-        spec = entry.get("indices", "indices")
-        if not F.promises_rows(spec):
+        if not entry.promises_rows:
             return
-        rels = [F.value_file(name, str(entry.get("dtype")))]
-        if spec == "indices":
+        name = entry.name
+        rels = [F.value_file(name, entry.code)]
+        if entry.explicit:
             rels.append(F.index_file(name))
         for rel in rels:
             if not os.path.exists(self._path(rel)):
@@ -169,37 +172,32 @@ class ColumnStore:
     def _path(self, rel: str) -> str:
         return os.path.join(self.pdir, rel)
 
-    def _recover_column(
-        self, name: str, entry: dict[str, Any], resume_step: int
-    ) -> list[tuple[str, int]] | None:
+    def _recover_column(self, entry: F.Entry, resume_step: int) -> list[tuple[str, int]] | None:
         """Plan the cut of a column at `resume_step` (and of its torn tails): its entry in the
         new manifest, and the (file, length) cuts `open` makes once that is published.
 
         None when no rows remain. A monotonic flag that the rows to be cut do not share is
         left out until they are cut.
         """
-        code = entry.get("dtype")
-        if code not in F.DTYPE_CODES:
-            raise ValueError(f"metric {name!r} has unknown dtype {code!r} in {self.pdir}")
+        name, code = entry.name, entry.code
         for other in F.DTYPE_CODES - {code}:
             alt = self._path(F.value_file(name, other))
             if os.path.isfile(alt):
                 os.unlink(alt)
         values = self._read_values(name, code)
-        spec = entry.get("indices", "indices")
-        segs = [spec] if isinstance(spec, dict) else spec
-        if spec == "indices":
+        if entry.segments is None:
             steps = _read_u4(self._path(F.index_file(name)))
-        else:
-            steps = F.segments_to_steps(spec, rows_hint=len(values))
+        else:  # no more steps than values: a damaged range may declare billions
+            steps = entry.steps(len(values), 0, len(values))
         n = min(len(values), len(steps))
         n = int(np.searchsorted(steps[:n], resume_step, side="left"))
         if n == 0:
             return None
         steps, values = steps[:n], values[:n]
-        col = Column(code, n, int(steps[-1]), explicit=spec == "indices" or len(segs) > 1)
-        if not col.explicit:
-            col.start, col.stride = int(segs[0]["start"]), int(segs[0].get("step", 1))
+        segs = entry.segments
+        col = Column(code, n, int(steps[-1]), explicit=segs is None or len(segs) > 1)
+        if segs is not None and not col.explicit:
+            col.start, col.stride = segs[0].start, segs[0].step
         if code[0] in "iu":
             col.lo, col.hi = int(values.min()), int(values.max())
         if code != F.JSONL:
@@ -208,7 +206,7 @@ class ColumnStore:
         nbytes = sum(len(v) + 1 for v in values) if code == F.JSONL else values.nbytes
         cuts = [(F.value_file(name, code), int(nbytes))]
         index = steps.astype(F.INDEX_DTYPE).tobytes()
-        if spec == "indices":
+        if segs is None:
             cuts.append((F.index_file(name), len(index)))
         elif col.explicit:  # ranges become a file, written whole before a manifest names it
             F.atomic_write(self._path(F.index_file(name)), index, durable=True)
@@ -216,7 +214,7 @@ class ColumnStore:
             os.unlink(self._path(F.index_file(name)))  # a switch to explicit cut by a crash
         self.manifest[name] = {"indices": col.spec(), "dtype": code}
         flag = col.mono.flag()
-        set_flag(self.manifest[name], flag if flag == entry.get("monotonic") else None)
+        set_flag(self.manifest[name], flag if flag == entry.monotonic else None)
         return cuts
 
     def _read_values(self, name: str, code: str) -> np.ndarray[Any, Any]:

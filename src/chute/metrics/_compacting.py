@@ -57,6 +57,7 @@ class CompactingWriter(StreamingWriter):
         self._hot_fd: int | None = None
         self._partial_flushed = False
         self._new: list[str] = []  # metrics of the pending row that have no column yet
+        self._wider: list[str] = []  # and those whose values need a wider column
         super().__init__(outdir, step, config, allow_resume_finalized, clock)
         self._hot_path = os.path.join(self._pdir, F.HOT)
 
@@ -70,15 +71,19 @@ class CompactingWriter(StreamingWriter):
             self._check_open()
         if flush:
             self._register_new()
+            self._widen()
             self._rewrite_hot()
             self._partial_flushed = True
 
     def _apply(self, checked: list[tuple[str, Value, str]]) -> None:
         cols, row = self._store.cols, self._row
-        for name, val, _code in checked:
+        for name, val, code in checked:
             row[name] = val
-            if name not in cols:
+            col = cols.get(name)
+            if col is None:
                 self._new.append(name)
+            elif code != col.code:
+                self._wider.append(name)
 
     def end_step(self) -> None:
         """Append the step's row to the hot log and advance; may start a background batch."""
@@ -88,6 +93,8 @@ class CompactingWriter(StreamingWriter):
         if self._row:
             if self._new:
                 self._register_new()
+            if self._wider:
+                self._widen()
             row = (self._step, tuple(self._row), tuple(self._row.values()))
             self._row = {}
             self._pending.append(row)
@@ -125,6 +132,19 @@ class CompactingWriter(StreamingWriter):
         if new:
             self._store.flush_manifest()
         self._new = []
+
+    def _widen(self) -> None:
+        """Widen columns to what this step's values need before the hot log holds them: a
+        reader takes hot rows in the manifest's dtype (plattli's cannot put 7000 in `u8`).
+        The batch in flight lands first; the column is rewritten, then the manifest switched."""
+        if not self._wider:
+            return
+        self._wait()
+        for name in dict.fromkeys(self._wider):
+            code = self._schema.metas[name].code
+            if self._store.cols[name].code != code:
+                self._store.convert(name, code)
+        self._wider = []
 
     # -- compaction ----------------------------------------------------------------------------
     def _maybe_compact(self) -> None:
@@ -197,6 +217,7 @@ class CompactingWriter(StreamingWriter):
         self._compact(batch, self._targets(batch))
         self._store.flush_manifest()
         self._pending, self._row, self._partial_flushed = [], {}, False
+        self._wider = []
         self._close_hot()
         if os.path.exists(self._hot_path):
             os.unlink(self._hot_path)

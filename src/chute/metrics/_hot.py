@@ -1,4 +1,5 @@
-"""The row-wise hot log (`hot.jsonl`): one JSON object per completed step."""
+"""JSON lines of a run: the row-wise hot log (`hot.jsonl`, one JSON object per completed
+step) and the values of `.jsonl` columns."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from collections.abc import Iterable
 from itertools import repeat
 from typing import Any
 
+import numpy as np
+
 from chute._util.safe_open import read_regular
 from chute.errors import CorruptRunError
 
 from ._dtypes import Value, float_json
 from ._format import HOT as HOT_NAME
+from ._format import JSONL, NUMERIC_DTYPES
 from ._source import limit_of
 
 try:  # the metrics extra's fast JSON, for the hot log here and `_jsonl`'s conversion
@@ -91,3 +95,59 @@ def read_rows(path: str) -> list[tuple[int, dict[str, Any]]]:
     except FileNotFoundError:
         return []
     return parse_rows(data, path)
+
+
+HotColumns = dict[str, tuple[list[int], list[Any]]]
+
+
+def by_column(rows: list[tuple[int, dict[str, Any]]]) -> HotColumns:
+    """Hot rows turned into (steps, values) per metric."""
+    cols: HotColumns = {}
+    for step, row in rows:
+        for k, v in row.items():
+            steps, vals = cols.setdefault(k, ([], []))
+            steps.append(step)
+            vals.append(v)
+    return cols
+
+
+def rows_after(col: tuple[list[int], list[Any]] | None, last: int) -> list[tuple[int, Any]]:
+    """(step, value) of a hot column after step `last`, strictly increasing."""
+    out = []
+    for s, v in zip(*(col or ((), ())), strict=True):
+        if s > last:
+            out.append((s, v))
+            last = s
+    return out
+
+
+def parse_values(data: bytes, where: str) -> tuple[list[Any], bool]:
+    """(values, whether a torn last line was left out) of a `.jsonl` column's bytes; a complete
+    line that is not JSON is damage (`CorruptRunError` naming `where` and the line)."""
+    lines = data.split(b"\n")  # an unterminated last line is a torn append
+    vals = []
+    for lineno, line in enumerate(lines[:-1], 1):
+        try:
+            vals.append(json.loads(line))
+        except ValueError:
+            raise CorruptRunError(
+                f"{where}:{lineno}: not a JSON value; the run is damaged", path=where, line=lineno
+            ) from None
+    return vals, lines[-1] != b""
+
+
+def objects(values: list[Any]) -> np.ndarray[Any, Any]:
+    """A 1-d object array of `values` (never a 2-d one of lists)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def hot_array(values: list[Any], code: str) -> np.ndarray[Any, Any]:
+    """Hot-log values in the column's storage dtype (a wider one if a promotion is pending)."""
+    if code == JSONL:
+        return objects(values)
+    try:
+        return np.array(values, dtype=NUMERIC_DTYPES[code])
+    except (OverflowError, TypeError, ValueError):
+        return np.array(values)

@@ -126,10 +126,15 @@ def _columns(path: str, opts: ConvertOptions) -> dict[str, Column]:
     skip = re.compile("|".join(f"(?:{p})" for p in opts.skip)) if opts.skip else None
     all_steps = np.array(steps, dtype=F.INDEX_DTYPE)
     cols: dict[str, Column] = {}
+    space = F.NameSpace()
     for name in names:
         if skip is not None and skip.fullmatch(name):
             continue
         F.check_name(name)
+        problem = space.clash(name)
+        if problem is not None:
+            raise ValueError(f"{path}: {problem}")
+        space.add(name)
         if uniform:
             cols[name] = (all_steps, list(transposed[name]))
             continue

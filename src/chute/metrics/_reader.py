@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 
@@ -16,9 +17,9 @@ from chute.errors import CorruptRunError, RunFileMissingError
 from . import _config
 from . import _format as F
 from ._dtypes import natural_code
-from ._hot import parse_rows
-from ._select import Selection, cast, common_steps, same_steps, select
-from ._source import open_source
+from ._hot import by_column, hot_array, objects, parse_rows, parse_values, rows_after
+from ._select import Selection, cast, join, select
+from ._source import ZipSource, archive_beside, open_source
 from ._verify import (
     RunRowsCutError,
     archive_problems,
@@ -73,8 +74,10 @@ class Reader(Closing):
     ) -> None:
         self._path = os.fspath(path)
         self._src = open_source(self._path, kind)
+        self._follows = kind is None  # into the archive of a folder finalized meanwhile
         self._exclude_hot = exclude_hot or not self._src.live
         self._manifest: dict[str, Any] | None = None
+        self._entries: dict[str, F.Entry | CorruptRunError] = {}
         self._manifest_raw = b""
         self._hot: dict[str, tuple[list[int], list[Any]]] | None = None
         self._jsonl: dict[str, tuple[int, list[Any], bool]] = {}
@@ -102,6 +105,9 @@ class Reader(Closing):
         ...     r.verify()
         []
         """
+        return self._retry(self._problems)
+
+    def _problems(self) -> list[str]:
         problems = archive_problems(self._src)
         try:
             self.refresh()
@@ -115,8 +121,9 @@ class Reader(Closing):
                 steps = self._read(name, Selection())[0]
                 if code == F.JSONL:
                     self._jsonl_values(name)
-            except (CorruptRunError, ValueError, _Stale) as e:
-                msg = str(e) if isinstance(e, RunRowsCutError) else f"metric {name!r}: {e}"
+            except (CorruptRunError, ValueError) as e:
+                named = isinstance(e, RunRowsCutError) or f"metric {name!r}" in str(e)
+                msg = str(e) if named else f"metric {name!r}: {e}"
                 problems += [msg] if msg not in problems else []  # the run's, once
                 continue
             problems += column_problems(name, steps)
@@ -130,6 +137,7 @@ class Reader(Closing):
     def refresh(self) -> None:
         """Drop cached metadata to pick up new metrics, hot rows and config of a live run."""
         self._manifest, self._hot, self._run_rows_ok = None, None, False
+        self._entries.clear()
         self._jsonl.clear()
         self._segments.clear()
 
@@ -139,11 +147,9 @@ class Reader(Closing):
             self._hot_cols()  # hot rows are snapshotted before the manifest that may absorb them
             data = self._src.read(F.MANIFEST)
             if data is None:
-                raise RunFileMissingError(
-                    f"{self._src.where(F.MANIFEST)} is missing: not a run, or a live run that was "
-                    "finalized or removed since this Reader opened it",
-                    path=self._src.where(F.MANIFEST),
-                )
+                if self._follow():
+                    return self._raw_manifest()
+                self._gone(self._finalized())
             self._manifest = F.load_manifest(data, self._src.where(F.MANIFEST))
             self._manifest_raw = data
         return self._manifest
@@ -151,7 +157,7 @@ class Reader(Closing):
     def manifest(self) -> dict[str, dict[str, Any]]:
         """Manifest entries of the columnar metrics (storage dtype and index layout)."""
         m = self._raw_manifest()
-        return {k: dict(m[k]) for k in F.metric_names(m)}
+        return {k: dict(m[k]) for k in F.metric_names(m) if self._entry(k)}  # damage raises
 
     def metrics(self) -> list[str]:
         """Sorted names of every metric, including those only in the hot log."""
@@ -185,21 +191,25 @@ class Reader(Closing):
     def approx_max_rows(self, nprobes: int = 12) -> int:
         """Cheap estimate of the row count of the most frequent metric (hot rows excluded)."""
         nprobes = check_int("nprobes", nprobes)
+        return self._retry(lambda: self._approx_max_rows(nprobes))
+
+    def _approx_max_rows(self, nprobes: int) -> int:
         m = self._raw_manifest()
         if isinstance(m.get("run_rows"), int):
             return int(m["run_rows"])
         best, probes = 0, []
         for name in F.metric_names(m):
-            spec, code = m[name].get("indices", "indices"), m[name].get("dtype")
-            if spec != "indices" and F.closed(spec):
-                best = max(best, F.segment_rows(spec))
-            elif code in F.NUMERIC_DTYPES:
-                probes.append(name)
+            entry = self._entry(name)[1]
+            assert entry is not None
+            if not entry.explicit and entry.closed:
+                best = max(best, entry.rows(0))
+            elif entry.code in F.NUMERIC_DTYPES:
+                probes.append(entry)
         if probes and nprobes > 0:
             pick = np.unique(np.linspace(0, len(probes) - 1, min(nprobes, len(probes))).astype(int))
             for i in pick:
-                name = probes[int(i)]
-                best = max(best, self._col_count(name, m[name]["dtype"], m[name])[0])
+                entry = probes[int(i)]
+                best = max(best, self._col_count(entry.name, entry.code, entry)[0])
         return best
 
     # -- reads ---------------------------------------------------------------------------------
@@ -271,27 +281,11 @@ class Reader(Closing):
                 like = read[n][0]
         else:
             read[on] = self._read(on, sel)
-            on_steps = read[on][0]
-            window = (
-                Selection(kind="step", lo=int(on_steps[0]), hi=int(on_steps[-1]))
-                if len(on_steps)
-                else Selection(kind="index", lo=0, hi=0)
-            )
+            window = Selection.around(read[on][0])
             for n in cols:
                 if n != on:
                     read[n] = self._read(n, window)
-        common = read[cols[0]][0]
-        aligned = all(same_steps(common, read[n][0]) for n in cols[1:])  # same cadence: no join
-        if not aligned:
-            for n in cols[1:]:
-                common = common_steps(common, read[n][0])
-        if on == "step" and sel.kind == "index":
-            common, aligned = common[slice(sel.lo, sel.hi)], False
-        out = {}
-        for n in cols:
-            s, v, code = read[n]
-            out[n] = (v if aligned else v[np.searchsorted(s, common)], code)
-        return common.astype(F.INDEX_DTYPE, copy=False), out
+        return join(read, cols, sel if on == "step" and sel.kind == "index" else None)
 
     # -- internals ---------------------------------------------------------------------------
     def _retry(self, fn: Callable[[], T]) -> T:
@@ -302,22 +296,65 @@ class Reader(Closing):
             except (FileNotFoundError, _Stale):
                 if not self._src.live:
                     raise
+                self._follow()
                 self.refresh()
         return fn()
 
-    def _entry(self, name: str) -> tuple[str, dict[str, Any] | None]:
+    def _follow(self) -> bool:
+        """Whether this reader found a live folder by itself that was finalized since (its
+        archive exists now), and reads the archive from here on."""
+        archive = archive_beside(self._src)
+        if not (self._follows and archive is not None and os.path.isfile(archive)):
+            return False
+        src = ZipSource(archive, root=os.path.dirname(archive))
+        self._src.close()
+        self._src, self._exclude_hot = src, True
+        self.refresh()
+        return True
+
+    def _finalized(self) -> RunFileMissingError:
+        where = self._src.where(F.MANIFEST)
+        return RunFileMissingError(
+            f"{where} is missing: not a run, or a live run that was finalized or removed "
+            "since this Reader opened it",
+            path=where,
+        )
+
+    def _gone(self, error: CorruptRunError) -> NoReturn:
+        """A file of a live folder is missing. If the run was finalized meanwhile (its
+        archive exists), a retry follows it or (`kind="dir"`) says so; else `error`."""
+        archive = archive_beside(self._src)
+        if archive is not None and os.path.isfile(archive):
+            if self._follows:
+                raise _Stale
+            raise self._finalized()
+        raise error
+
+    def _entry(self, name: str) -> tuple[str, F.Entry | None]:
         m = self._raw_manifest()
         hot_cols = self._hot_cols()
-        entry = m.get(name) if name not in F.META_KEYS else None
-        if isinstance(entry, dict):
-            code = entry.get("dtype")
-            if code not in F.DTYPE_CODES:
-                raise ValueError(f"metric {name!r} has unknown dtype {code!r}")
-            return str(code), entry
+        if name in m and name not in F.META_KEYS:
+            entry = self._entries.get(name)
+            if entry is None:
+                try:
+                    entry = F.entry_of(name, m[name], self._src.where(F.MANIFEST))
+                except CorruptRunError as e:
+                    entry = e
+                self._entries[name] = entry
+            if isinstance(entry, CorruptRunError):
+                raise entry
+            return entry.code, entry
         hot = hot_cols.get(name)
         if hot:
             return natural_code(hot[1][0]), None
         raise KeyError(f"unknown metric {name!r} in run {self._path}")
+
+    def _sound_entries(self) -> dict[str, F.Entry]:
+        """The manifest's entries that are not damaged (each damaged one is its own error)."""
+        for name in F.metric_names(self._raw_manifest()):
+            with contextlib.suppress(CorruptRunError):
+                self._entry(name)
+        return {n: e for n, e in self._entries.items() if isinstance(e, F.Entry)}
 
     def _hot_cols(self) -> dict[str, tuple[list[int], list[Any]]]:
         if self._exclude_hot:
@@ -327,27 +364,12 @@ class Reader(Closing):
             # that only once it is in the columns, which are read after this.
             hot = parse_rows(self._src.read(F.HOT) or b"", self._src.where(F.HOT))
             compacting = self._src.read(F.HOT_COMPACTING) or b""
-            rows = parse_rows(compacting, self._src.where(F.HOT_COMPACTING)) + hot
-            cols: dict[str, tuple[list[int], list[Any]]] = {}
-            for step, row in rows:
-                for k, v in row.items():
-                    steps, vals = cols.setdefault(k, ([], []))
-                    steps.append(step)
-                    vals.append(v)
-            self._hot = cols
+            self._hot = by_column(parse_rows(compacting, self._src.where(F.HOT_COMPACTING)) + hot)
         return self._hot
 
     def _hot_tail(self, name: str, last: int) -> list[tuple[int, Any]]:
         """Hot rows of a metric after step `last` (its columnar data), strictly increasing."""
-        hot = self._hot_cols().get(name)
-        if not hot:
-            return []
-        out = []
-        for s, v in zip(*hot, strict=True):
-            if s > last:
-                out.append((s, v))
-                last = s
-        return out
+        return rows_after(self._hot_cols().get(name), last)
 
     def _jsonl_values(self, name: str) -> list[Any]:
         return self._jsonl_column(name)[1]
@@ -359,19 +381,8 @@ class Reader(Closing):
         cached = self._jsonl.get(name)
         if cached is None or cached[0] != size:
             data = self._src.read(rel, 0, size) or b""
-            lines = data.split(b"\n")  # an unterminated last line is a torn append
-            vals = []
-            for lineno, line in enumerate(lines[:-1], 1):
-                try:
-                    vals.append(json.loads(line))
-                except ValueError:
-                    where = self._src.where(rel)
-                    raise CorruptRunError(
-                        f"{where}:{lineno}: not a JSON value; the run is damaged",
-                        path=where,
-                        line=lineno,
-                    ) from None
-            self._jsonl[name] = cached = (size, vals, lines[-1] != b"")
+            vals, torn = parse_values(data, self._src.where(rel))
+            self._jsonl[name] = cached = (size, vals, torn)
         return cached
 
     def _size(self, name: str, rel: str) -> int:
@@ -381,17 +392,19 @@ class Reader(Closing):
             return size
         if self._src.live and self._src.read(F.MANIFEST) != self._manifest_raw:
             raise _Stale  # widened, tightened or re-indexed under our cached manifest
-        entry = self._raw_manifest().get(name)
-        if isinstance(entry, dict) and not F.promises_rows(entry.get("indices", "indices")):
+        entry = self._entry(name)[1]
+        if entry is not None and not entry.promises_rows:
             return 0  # no rows yet
         if self._src.live and any(self._src.size(h) is not None for h in _HOT_LOGS):
             # Plättli's CompactingWriter publishes a column's steps before creating its
             # file; while a hot log exists the rows may still be on their way.
             return 0
         where = self._src.where(rel)
-        raise RunFileMissingError(
-            f"{where} is missing but the manifest lists metric {name!r}; the run is damaged",
-            path=where,
+        self._gone(
+            RunFileMissingError(
+                f"{where} is missing but the manifest lists metric {name!r}; the run is damaged",
+                path=where,
+            )
         )
 
     def _value_rows(self, name: str, code: str) -> tuple[int, bool]:
@@ -406,19 +419,18 @@ class Reader(Closing):
         self,
         name: str,
         code: str,
-        entry: dict[str, Any] | None,
+        entry: F.Entry | None,
         like: np.ndarray[Any, Any] | None = None,
     ) -> tuple[int, np.ndarray[Any, Any]]:
         """(columnar row count, their steps: `like` itself where the index file holds it)."""
         if entry is None:
             return 0, _EMPTY_STEPS
         nvals, torn = self._value_rows(name, code)
-        spec = entry.get("indices", "indices")
-        if spec == "indices":
-            torn = torn or self._size(name, F.index_file(name)) % F.INDEX_DTYPE.itemsize > 0
-            steps = self._src.array(F.index_file(name), F.INDEX_DTYPE, 0, -1, like)
-        else:
-            steps = self._expand(spec, nvals)
+        if not entry.explicit:  # rows counted before any step is made: a range may be damage
+            n = self._agree(name, code, nvals, entry.rows(nvals), torn)
+            return n, self._expand(entry, nvals, n)
+        torn = torn or self._size(name, F.index_file(name)) % F.INDEX_DTYPE.itemsize > 0
+        steps = self._src.array(F.index_file(name), F.INDEX_DTYPE, 0, -1, like)
         n = self._agree(name, code, nvals, len(steps), torn)
         return n, steps[:n]
 
@@ -434,7 +446,7 @@ class Reader(Closing):
             if problem:
                 self._damaged(CorruptRunError(problem, path=where))
             if not self._run_rows_ok:
-                problem = run_rows_problem(self._src, m)
+                problem = run_rows_problem(self._src, self._sound_entries(), m.get("run_rows"))
                 if problem:
                     self._damaged(RunRowsCutError(problem, path=self._src.where(F.MANIFEST)))
                 self._run_rows_ok = True
@@ -446,47 +458,46 @@ class Reader(Closing):
             raise _Stale
         raise error
 
-    def _expand(self, spec: Any, nvals: int) -> np.ndarray[Any, Any]:
-        """Segment expansion, shared (read-only) by metrics with the same index layout.
+    def _expand(self, entry: F.Entry, nvals: int, n: int) -> np.ndarray[Any, Any]:
+        """The first `n` steps of a segment layout, shared (read-only) by metrics with the same.
 
         One entry per layout: an open one growing with a live run replaces its expansion
         instead of keeping one per row count.
         """
-        key = json.dumps(spec, sort_keys=True)
-        rows = nvals if not F.closed(spec) else -1
+        key = json.dumps(entry.spec, sort_keys=True)
         hit = self._segments.get(key)
-        if hit is not None and hit[0] == rows:
+        if hit is not None and hit[0] == n:
             return hit[1]
         if hit is None and len(self._segments) >= _SEGMENT_CACHE:
             self._segments.clear()
-        steps = F.segments_to_steps(spec, rows_hint=nvals)
+        steps = entry.steps(nvals, 0, n)
         steps.flags.writeable = False
-        self._segments[key] = (rows, steps)
+        self._segments[key] = (n, steps)
         return steps
 
     def _column_values(self, name: str, code: str, i0: int, i1: int) -> np.ndarray[Any, Any]:
         if i1 <= i0:
             return np.zeros(0, object if code == F.JSONL else F.NUMERIC_DTYPES[code])
         if code == F.JSONL:
-            return _objects(self._jsonl_values(name)[i0:i1])
+            return objects(self._jsonl_values(name)[i0:i1])
         out = self._src.array(F.value_file(name, code), F.NUMERIC_DTYPES[code], i0, i1 - i0)
         if len(out) < i1 - i0:
             raise _Stale  # the file shrank since it was sized: a writer is rewriting it
         return out
 
-    def _check_layout(self, name: str, entry: dict[str, Any] | None) -> None:
+    def _check_layout(self, name: str, entry: F.Entry | None) -> None:
         """After reading an open-segment column of a live run, confirm its layout still holds.
 
         Steps of such a column are derived from the manifest; a writer that changed the
         cadence after our manifest snapshot has appended rows the snapshot would mislabel.
         """
-        if entry is None or not self._src.live or F.closed(entry.get("indices", "indices")):
+        if entry is None or not self._src.live or entry.closed:
             return
         raw = self._src.read(F.MANIFEST) or b"{}"
         if raw == self._manifest_raw:
             return
         fresh = F.load_manifest(raw, self._src.where(F.MANIFEST)).get(name)
-        if not isinstance(fresh, dict) or fresh.get("indices") != entry.get("indices"):
+        if not isinstance(fresh, dict) or fresh.get("indices") != entry.spec:
             raise _Stale
 
     def _read(
@@ -514,7 +525,7 @@ class Reader(Closing):
         return steps[i0:i1], self._join(name, code, i0, i1, n, tail), code
 
     def _read_positions(
-        self, name: str, code: str, entry: dict[str, Any] | None, sel: Selection
+        self, name: str, code: str, entry: F.Entry | None, sel: Selection
     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], str]:
         """Rows picked by position, reading only their own steps and values: a chart reads
         a long column a slice at a time, never its whole index file."""
@@ -524,12 +535,12 @@ class Reader(Closing):
         c1 = min(i1, n)
         if entry is None or c1 <= i0:
             steps = _EMPTY_STEPS
-        elif entry.get("indices", "indices") == "indices":
+        elif entry.explicit:
             steps = self._src.array(F.index_file(name), F.INDEX_DTYPE, i0, c1 - i0)
             if len(steps) < c1 - i0:
                 raise _Stale  # the index file shrank since it was sized
         else:
-            steps = self._expand(entry["indices"], self._value_rows(name, code)[0])[i0:c1]
+            steps = entry.steps(self._value_rows(name, code)[0], i0, c1)
         if i1 > n:
             hot = np.array([s for s, _ in tail[max(i0 - n, 0) : i1 - n]], F.INDEX_DTYPE)
             steps = np.concatenate([steps, hot])
@@ -543,7 +554,7 @@ class Reader(Closing):
         if i1 <= n:
             return col
         hot = [v for _s, v in tail[max(i0 - n, 0) : i1 - n]]
-        return np.concatenate([col, _hot_array(hot, code)]) if len(col) else _hot_array(hot, code)
+        return np.concatenate([col, hot_array(hot, code)]) if len(col) else hot_array(hot, code)
 
     def _one(self, name: str, idx: int, dtype: DTypeArg) -> tuple[Any, Any]:
         code, entry = self._entry(name)
@@ -556,21 +567,20 @@ class Reader(Closing):
         if pos < n:
             step, values = np.uint32(step_at(pos)), self._column_values(name, code, pos, pos + 1)
         else:
-            step, values = np.uint32(tail[pos - n][0]), _hot_array([tail[pos - n][1]], code)
+            step, values = np.uint32(tail[pos - n][0]), hot_array([tail[pos - n][1]], code)
         self._check_layout(name, entry)
         return step, cast(values, code, dtype, name)[0]
 
     def _col_count(
-        self, name: str, code: str, entry: dict[str, Any] | None
+        self, name: str, code: str, entry: F.Entry | None
     ) -> tuple[int, Callable[[int], Any]]:
         """Columnar row count and a step lookup, touching only file sizes and single rows."""
         if entry is None:
             return 0, int
         nvals, torn = self._value_rows(name, code)
-        spec = entry.get("indices", "indices")
-        if spec != "indices":
-            steps = self._expand(spec, nvals)
-            return self._agree(name, code, nvals, len(steps), torn), steps.__getitem__
+        if not entry.explicit:
+            n = self._agree(name, code, nvals, entry.rows(nvals), torn)
+            return n, lambda i: entry.steps(nvals, i, i + 1)[0]
         rel = F.index_file(name)
         isize = self._size(name, rel)
         nidx, torn = isize // F.INDEX_DTYPE.itemsize, torn or isize % F.INDEX_DTYPE.itemsize > 0
@@ -586,19 +596,3 @@ class _Stale(RuntimeError):
 
     def __init__(self) -> None:
         super().__init__("the run kept changing under the read; try again")
-
-
-def _objects(values: list[Any]) -> np.ndarray[Any, Any]:
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
-
-
-def _hot_array(values: list[Any], code: str) -> np.ndarray[Any, Any]:
-    """Hot-log values in the column's storage dtype (a wider one if a promotion is pending)."""
-    if code == F.JSONL:
-        return _objects(values)
-    try:
-        return np.array(values, dtype=F.NUMERIC_DTYPES[code])
-    except (OverflowError, TypeError, ValueError):
-        return np.array(values)

@@ -47,6 +47,13 @@ class Selection:
                 raise TypeError(f"{kind} selectors take integers, got {v!r}")
         return cls(kind, bounds.get("lo"), bounds.get("hi"))
 
+    @classmethod
+    def around(cls, steps: np.ndarray[Any, Any]) -> Selection:
+        """The steps from the first to the last of sorted `steps` (none if there are none)."""
+        if len(steps):
+            return cls("step", int(steps[0]), int(steps[-1]))
+        return cls("index", 0, 0)
+
     def bounds(self, steps: np.ndarray[Any, Any]) -> tuple[int, int]:
         """Row range [i0, i1) this selection picks from sorted `steps`."""
         n = len(steps)
@@ -142,3 +149,25 @@ def common_steps(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray
     pos = np.minimum(np.searchsorted(b, a), len(b) - 1)
     out: np.ndarray[Any, Any] = a[b[pos] == a]
     return out
+
+
+Read = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], str]
+
+
+def join(
+    read: dict[str, Read], cols: list[str], positions: Selection | None
+) -> tuple[np.ndarray[Any, Any], dict[str, tuple[np.ndarray[Any, Any], str]]]:
+    """The steps every column of `read` (steps, values, code) holds, and each column's values
+    at them; `positions`: an `istart/istop` selection of the joined rows."""
+    common = read[cols[0]][0]
+    aligned = all(same_steps(common, read[n][0]) for n in cols[1:])  # same cadence: no join
+    if not aligned:
+        for n in cols[1:]:
+            common = common_steps(common, read[n][0])
+    if positions is not None:
+        common, aligned = common[slice(positions.lo, positions.hi)], False
+    out = {}
+    for n in cols:
+        s, v, code = read[n]
+        out[n] = (v if aligned else v[np.searchsorted(s, common)], code)
+    return common.astype(np.uint32, copy=False), out

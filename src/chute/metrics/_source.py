@@ -106,10 +106,11 @@ class DirSource(Source):
         return os.path.join(self.root, rel)
 
     def _open(self, rel: str) -> int | None:
-        """A descriptor of the regular file `rel` inside the run, None when it is absent."""
+        """A descriptor of the regular file `rel` inside the run, None when it is absent (also
+        where a folder on its path is a file)."""
         try:
             return self.run.open(self.where(rel))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
 
     def size(self, rel: str) -> int | None:
@@ -125,7 +126,7 @@ class DirSource(Source):
         if length < 0:
             try:
                 return self.run.read(self.where(rel), limit_of(rel))[offset:]
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 return None
         fd = self._open(rel)
         if fd is None:
@@ -293,6 +294,14 @@ class ZipSource(Source):
         with contextlib.suppress(BufferError):
             self._map.close()
         self._file.close()
+
+
+def archive_beside(src: Source) -> str | None:
+    """Where a live `plattli/` folder's run keeps its archive once finalized (None: not such
+    a folder)."""
+    if not isinstance(src, DirSource) or os.path.basename(src.root) != F.DIR_NAME:
+        return None
+    return os.path.join(os.path.dirname(src.root), F.ZIP_NAME)
 
 
 def resolve_run_dir(path: str | os.PathLike[str]) -> Path | None:

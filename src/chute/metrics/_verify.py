@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zipfile
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -58,36 +59,36 @@ def cut_problem(where: str, nvals: int, nsteps: int, torn: bool, run_rows: objec
     return None
 
 
-def run_rows_problem(src: Source, manifest: dict[str, Any]) -> str | None:
+def run_rows_problem(src: Source, entries: Mapping[str, F.Entry], run_rows: object) -> str | None:
     """`run_rows` is the row count of a finished run's longest column: one must hold that many.
 
     Counted from the manifest and file sizes, stopping at the first column that does.
     """
-    want = manifest.get("run_rows")
-    if not isinstance(want, int) or isinstance(want, bool):
+    if not isinstance(run_rows, int) or isinstance(run_rows, bool):
         return None
     best = 0
-    for name in F.metric_names(manifest):
-        best = max(best, _promised_rows(src, name, manifest[name]))
-        if best >= want:
+    for entry in entries.values():
+        best = max(best, _promised_rows(src, entry))
+        if best >= run_rows:
             return None
     return (
-        f"{src.where(F.MANIFEST)} says run_rows={want}, but its longest column holds {best} "
+        f"{src.where(F.MANIFEST)} says run_rows={run_rows}, but its longest column holds {best} "
         "rows; the run is damaged (a column was cut)"
     )
 
 
-def _promised_rows(src: Source, name: str, entry: dict[str, Any]) -> int:
+def _promised_rows(src: Source, entry: F.Entry) -> int:
     """Rows a finished column's steps say it has (file sizes for an open last segment)."""
-    spec, code = entry.get("indices", "indices"), str(entry.get("dtype"))
-    if spec == "indices":
+    name, code = entry.name, entry.code
+    if entry.segments is None:
         return (src.size(F.index_file(name)) or 0) // F.INDEX_DTYPE.itemsize
-    if F.closed(spec):
-        return F.segment_rows(spec)
+    if entry.closed:
+        return entry.rows(0)
     if code == F.JSONL:
-        return (src.read(F.value_file(name, code)) or b"").count(b"\n")
-    dtype = F.NUMERIC_DTYPES.get(code)
-    return (src.size(F.value_file(name, code)) or 0) // dtype.itemsize if dtype else 0
+        nvals = (src.read(F.value_file(name, code)) or b"").count(b"\n")
+    else:
+        nvals = (src.size(F.value_file(name, code)) or 0) // F.NUMERIC_DTYPES[code].itemsize
+    return entry.rows(nvals)
 
 
 def raise_if(problems: list[str], path: str) -> None:

@@ -90,12 +90,14 @@ class Schema:
 
     root: str
     metas: dict[str, _Meta] = field(default_factory=dict)
+    names: F.NameSpace = field(default_factory=F.NameSpace)
     _repeat: _Repeat | None = None
     _fast: list[tuple[str, Value, str]] | None = None  # what `validate` last passed as a repeat
 
     @classmethod
     def of(cls, root: str, cols: Mapping[str, Column]) -> Schema:
-        return cls(root, {n: _Meta(c.code, c.lo, c.hi, c.last_step) for n, c in cols.items()})
+        metas = {n: _Meta(c.code, c.lo, c.hi, c.last_step) for n, c in cols.items()}
+        return cls(root, metas, F.NameSpace(cols))
 
     def validate(self, batch: Mapping[str, Any], step: int) -> list[tuple[str, Value, str]]:
         if step > F.MAX_STEP:
@@ -111,6 +113,7 @@ class Schema:
                 return self._fast
         out: list[tuple[str, Value, str]] = []
         metas = self.metas
+        new: F.NameSpace | None = None  # the batch's new names, checked against each other too
         for name, value in batch.items():
             meta = metas.get(name)
             # Fast paths: a plain float joining a float column it fits (NaN/inf take the slow
@@ -126,7 +129,7 @@ class Schema:
                     out.append((name, new_value((code, float(value), None, True)), code))  # type: ignore[arg-type]
                     continue
             if meta is None:
-                F.check_name(name, self.root)
+                new = self._check_new(name, new)
             elif meta.last_step == step:
                 raise MetricWrittenTwiceError(f"metric {name!r} was already written at step {step}")
             try:
@@ -143,6 +146,18 @@ class Schema:
                 raise MetricValueError(f"metric {name!r} at step {step}: {e}") from None
             out.append((name, val, code))
         return out
+
+    def _check_new(self, name: object, new: F.NameSpace | None) -> F.NameSpace:
+        """A metric's first name: the format's rules, the filesystem's limits, and no clash
+        with the run's other names (a folder of one the file of another)."""
+        F.check_name(name, self.root)
+        assert isinstance(name, str)
+        new = new if new is not None else F.NameSpace()
+        problem = self.names.clash(name, new)
+        if problem is not None:
+            raise ValueError(f"{problem}; the filesystem cannot hold both")
+        new.add(name)
+        return new
 
     def move_step(self, current: int, value: object) -> int:
         """Validate `writer.step = value`: forward only, and not while a step is half written.
@@ -181,6 +196,7 @@ class Schema:
             num = val.num
             if meta is None:
                 meta = metas[name] = _Meta(code)
+                self.names.add(name)
                 if type(num) is int:
                     meta.lo = meta.hi = num
             else:
