@@ -401,7 +401,8 @@ class InSituDataset(Closing):
     # -- passes: what the views use (ViewSource) -----------------------------------------
 
     def position(self, view: str) -> int:
-        """Batches of ``view``'s pass handed out this epoch (internal: for the views)."""
+        """Batches of ``view``'s pass done this epoch: handed out, or left out as empty by
+        ``on_bad_chunk="skip"`` (internal: for the views)."""
         return self._positions[view]
 
     def open_pass(self, view: str, prepare: Prepare | None = None) -> PassIterator:
@@ -432,8 +433,9 @@ class InSituDataset(Closing):
         pageable memory), then ``prepare`` runs on it, on the gather thread."""
         full = self.pass_plan(view)
         start = self._positions[view]
-        if start >= full.n_batches:
-            start = self._positions[view] = 0
+        if start >= full.n_batches:  # saved after its last batch: the pass is over
+            self._positions[view] = 0
+            return
         c = self.config
         uses = self._uses(full.order, start) if start else full.uses
         plan = PassPlan(order=full.order, batch_size=c.batch_size, uses=uses, start_batch=start)
@@ -452,8 +454,9 @@ class InSituDataset(Closing):
                 if isinstance(item, BaseException):
                     raise item
                 loop.call_soon_threadsafe(credits.release)
-                self._positions[view] += 1
-                yield item
+                planned, batch = item
+                self._positions[view] = planned + 1  # past any batch a skipped chunk emptied
+                yield batch
             self._positions[view] = 0
         finally:
             future.cancel()

@@ -441,8 +441,8 @@ class Engine:
                     lo, hi = np.searchsorted(lasts, [b, b + 1])
                     for s in slabs[lo:hi]:
                         self.pool.unpin(progress.slabs.pop((name, int(s))))
-                if len(batch["sample_indices"]):  # every sample was in a skipped bad chunk
-                    out.put(batch)
+                if len(batch["sample_indices"]):  # empty: every sample was in a skipped chunk
+                    out.put((b, batch))  # with its plan batch: what a resume counts
                 else:
                     credits.release()
             out.put(END)

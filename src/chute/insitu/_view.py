@@ -136,7 +136,8 @@ class SplitView:
 
     @property
     def position(self) -> int:
-        """Batches of this epoch's pass handed out so far (what ``state_dict`` records)."""
+        """Batches of this epoch's pass handed out so far, counting those a skipped chunk
+        emptied (what ``state_dict`` records)."""
         return self._dataset.position(self.name)
 
     def __repr__(self) -> str:
