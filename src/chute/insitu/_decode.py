@@ -22,9 +22,9 @@ import numpy as np
 from zarr.codecs import BytesCodec, ZstdCodec
 from zarr.core.buffer import default_buffer_prototype
 
-from chute._util.safe_open import open_unlinked
 from chute.errors import UnsafeFileError
 
+from ._files import ArchiveFiles, archive_files
 from ._store import CountingStore
 
 _scratch = threading.local()
@@ -39,18 +39,18 @@ def reserve_read_buffer(nbytes: int) -> bytearray:
     return buf
 
 
-def _read_file(path: str, limit: int) -> memoryview | None:
-    """The whole file at ``path`` in this thread's reusable buffer; ``None`` if missing.
+def _read_file(files: ArchiveFiles, key: str, limit: int) -> memoryview | None:
+    """The whole file at ``key`` in this thread's reusable buffer; ``None`` if absent.
 
-    Only a regular file is read (a FIFO would block, a device never ends, a link is not
-    followed), and only if it holds at most ``limit`` bytes: the most a stored chunk of this
-    array can take. Anything else is an `UnsafeFileError` naming the file (the scheduler
-    reports it as a `BadChunkError` of its key), before any byte is read.
+    Opened by `ArchiveFiles`'s rule, and read only if it holds at most ``limit`` bytes: the
+    most a stored chunk of this array can take. Anything else is an `UnsafeFileError`
+    naming the file (the scheduler reports it as a `BadChunkError` of its key), before any
+    byte is read.
     """
-    try:
-        fd = open_unlinked(path)
-    except FileNotFoundError:
+    fd = files.open(key)
+    if fd is None:
         return None
+    path = os.path.join(files.root, key)
     try:
         size = os.fstat(fd).st_size
         if size > limit:
@@ -82,7 +82,7 @@ class DirectReader:
         store = array.store_path.store
         self._prefix = f"{array.store_path.path}/" if array.store_path.path else ""
         self._store = store
-        self._root = local_root(store)
+        self._files = store.files if isinstance(store, CountingStore) else archive_files(store)
         self._counter = counter
         self._metadata = array.metadata
         self._zstd = zstd
@@ -98,7 +98,7 @@ class DirectReader:
     @property
     def reads_files(self) -> bool:
         """Whether chunks are read from local files into a per-thread read buffer."""
-        return self._root is not None
+        return self._files is not None
 
     @classmethod
     def for_array(cls, array: Any, on_time: Callable[[Any, float], None]) -> DirectReader | None:
@@ -132,7 +132,7 @@ class DirectReader:
         key = self._prefix + self._metadata.encode_chunk_key(coords)
         loop = asyncio.get_running_loop()
         submitted = time.perf_counter()
-        if self._root is not None:
+        if self._files is not None:
             return await loop.run_in_executor(None, self._local, key, buffer, submitted)
         raw = await self._store.get(key, prototype=default_buffer_prototype())
         if raw is None:
@@ -144,10 +144,10 @@ class DirectReader:
     def _local(
         self, key: str, buffer: Callable[[], np.ndarray], submitted: float
     ) -> np.ndarray | None:
-        assert self._root is not None
+        assert self._files is not None
         start = time.perf_counter()
         self._on_time("queue", start - submitted)
-        src = _read_file(os.path.join(self._root, key), self._stored_limit)
+        src = _read_file(self._files, key, self._stored_limit)
         if src is None:
             return None
         if self._counter is not None:
@@ -210,17 +210,3 @@ def zstd_content_size(src: np.ndarray) -> int | None:
         return None
     size = int.from_bytes(head[pos : pos + width], "little")
     return size + 256 if width == 2 else size
-
-
-def local_root(store: Any) -> str | None:
-    """The directory behind a local store (obstore or zarr), through counting wrappers."""
-    from obstore.store import LocalStore as ObstoreLocal
-    from zarr.storage import LocalStore, ObjectStore
-
-    if isinstance(store, CountingStore):
-        store = store.wrapped
-    if isinstance(store, ObjectStore) and isinstance(store.store, ObstoreLocal):
-        return os.fspath(store.store.prefix) if store.store.prefix is not None else None
-    if isinstance(store, LocalStore):
-        return os.fspath(store.root)
-    return None

@@ -15,7 +15,7 @@ from chute._objects import check_options
 from chute._util.checks import check_int
 
 from ._aio import run_sync
-from ._store import StoreLike, open_store, store_name
+from ._store import CountingStore, StoreLike, open_store, store_name
 
 
 @dataclass(frozen=True)
@@ -223,5 +223,5 @@ def open_geometries(
     """
     _check_axis(sample_axis)
     check_options(url, store_kwargs, "open_geometries", ["variables", "sample_axis"])
-    store = open_store(url, **store_kwargs)
+    store = CountingStore(open_store(url, **store_kwargs))  # local files: one safe rule
     return run_sync(_open_geometries(store, variables, sample_axis, store_name(url)))

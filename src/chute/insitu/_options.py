@@ -20,6 +20,7 @@ from chute._util.checks import check_optional_int
 from chute._util.process_slice import SliceSpec
 
 from ._geometry import ArrayGeometry
+from ._files import archive_files
 from ._store import StoreLike
 from ._transforms import BatchTransform, ChunkTransform
 
@@ -148,11 +149,17 @@ async def archive_stamp(
     prefixes = sorted({""} | {g.path.strip("/") for g in geometries.values()})
     keys = [f"{p}/{n}" if p else n for p in prefixes for n in _METADATA]
 
+    files = archive_files(store)  # a local archive's documents: regular files, bounded
+
     async def one(key: str) -> str | None:
-        found = await store.get(key, default_buffer_prototype())
+        if files is not None:
+            found = await asyncio.to_thread(files.read, key)
+        else:
+            got = await store.get(key, default_buffer_prototype())
+            found = None if got is None else got.to_bytes()
         if found is None:
             return None
-        parts = [hashlib.sha256(found.to_bytes()).hexdigest()]
+        parts = [hashlib.sha256(found).hexdigest()]
         if isinstance(store, ObjectStore):
             import obstore
 

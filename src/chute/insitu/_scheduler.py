@@ -27,7 +27,8 @@ from zarr.abc.store import Store
 from chute.errors import BadChunkError
 
 from ._buffers import BatchBuffers
-from ._decode import DirectReader, local_root, reserve_read_buffer
+from ._decode import DirectReader, reserve_read_buffer
+from ._files import local_root, stored_limit
 from ._geometry import ArrayGeometry
 from ._options import chunk_stamp
 from ._plan import SlabUse
@@ -123,6 +124,10 @@ class Engine:
         self._sem: asyncio.Semaphore | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._direct: dict[str, DirectReader | None] = {}
+        files = getattr(store, "files", None)
+        for g in geometries.values():  # reads of a local archive's files are bounded
+            if files is not None:
+                files.bound(g.path, stored_limit(math.prod(g.stored_chunks) * np.dtype(g.dtype).itemsize))
         try:
             self.arrays: dict[str, Any] = self.call(self._open(store))
             self._start_threads()
