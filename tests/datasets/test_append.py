@@ -209,3 +209,33 @@ def test_a_reader_keeps_the_manifest_it_opened_with(tmp_path: Path) -> None:
             before[10]
     with chute.Dataset(tmp_path / "d") as after:
         np.testing.assert_array_equal(after[:], rows)
+
+
+class _OverwrittenOnFirstLook:
+    """Float rows whose first ``shape`` look (after the append read the manifest, before it
+    takes the lock) has another writer replace the dataset with int32 records."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.rows, self.looked = path, np.array([1.5, 2.5], np.float32), False
+        self.dtype = self.rows.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        if not self.looked:
+            self.looked = True
+            write_dataset(self.path, np.arange(3, dtype=np.int32), overwrite=True,
+                          shard_records=1000).close()  # fmt: skip
+        return self.rows.shape
+
+    def __getitem__(self, key: object) -> np.ndarray:
+        return self.rows[key]  # type: ignore[index]
+
+
+def test_an_append_refuses_a_dataset_replaced_before_it_took_the_lock(tmp_path: Path) -> None:
+    path = tmp_path / "d"
+    write_dataset(path, np.zeros(4, np.float32), shard_records=1000).close()
+    with pytest.raises(chute.StoreChangedError, match="nothing was appended"):
+        append_dataset(path, _OverwrittenOnFirstLook(path))
+    with Dataset(path) as ds:  # the other writer's dataset, untouched
+        assert ds.dtype == np.int32 and ds[:].tolist() == [0, 1, 2]
+    assert [p.name for p in path.glob("part-*")] == ["part-00000.zr"]

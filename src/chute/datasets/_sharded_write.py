@@ -45,7 +45,7 @@ from chute.datasets._sharded_manifest import (
     shard_name,
     write_manifest,
 )
-from chute.errors import ChuteError, StoreKindError, UnsafeFileError
+from chute.errors import ChuteError, StoreChangedError, StoreKindError, UnsafeFileError
 from chute.store import RecordStore
 from chute.store._internal import (
     GEN_FILE,
@@ -336,15 +336,26 @@ def recover(path: Path, manifest: Manifest) -> None:
 def append_shards(
     path: Path,
     kind: str,
+    expected: Manifest,
     fill: Callable[[RecordStore, int], int],
     rest: Callable[[int], Iterable[Any]],
     *,
     workers: int | None,
 ) -> None:
-    """Under the writer lock: clean up, ``fill(last_shard_store, room)`` (returns how many
-    records it added), write ``rest(added)`` (a payload per new shard), commit the manifest."""
+    """Under the writer lock: check that the manifest still has ``expected``'s schema and
+    shard cap (what ``fill`` and ``rest`` cast and cut the records by, read before the lock),
+    clean up, ``fill(last_shard_store, room)`` (returns how many records it added), write
+    ``rest(added)`` (a payload per new shard), commit the manifest."""
     with writer_lock(path):
         manifest = read_manifest(path)
+        if (manifest.schema, manifest.shard_records) != (expected.schema, expected.shard_records):
+            raise StoreChangedError(
+                f"{path} changed while this append prepared its records (another writer "
+                f"replaced it: {expected.schema.describe()}, codec {expected.schema.codec!r}, "
+                f"shard_records={expected.shard_records} became "
+                f"{manifest.schema.describe()}, codec {manifest.schema.codec!r}, "
+                f"shard_records={manifest.shard_records}); nothing was appended"
+            )
         recover(path, manifest)
         options = shard_options(manifest.schema)
         kept, added = manifest.shards, 0

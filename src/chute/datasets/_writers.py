@@ -37,7 +37,7 @@ from chute.datasets._one_store import (
 from chute.datasets._ragged import RaggedDataset
 from chute.datasets._remote_write import append_url, check_writable, survey, write_url
 from chute.datasets._schema import RecordSchema, check_plain_dtype
-from chute.datasets._sharded_manifest import Manifest, is_sharded, read_manifest
+from chute.datasets._sharded_manifest import Manifest, is_sharded
 from chute.datasets._sharded_write import (
     Rows,
     append_shards,
@@ -308,26 +308,7 @@ def append_dataset(
         _append_url(target, "fixed", array, workers=workers, break_lock=break_lock)
         return _opened_url(Dataset, target, store_options)
     path = target
-    manifest = check_appendable(path, ragged=False)
-    schema = manifest.schema
-    dtype, codec = schema.dtype, parse_codec(schema.codec)
-    array = _joining_rows(array, schema)
-    rows = Rows(array, 0, int(array.shape[0]), dtype)
-
-    def fill(store: RecordStore, room: int) -> int:
-        take = min(room, len(rows))
-        step = max(1, _STEP_BYTES // max(1, schema.item_bytes))
-        for start in range(0, take, step):
-            part = rows[start : min(start + step, take)]
-            if codec is Codec.ZSTD_DICT and not store.has_dict:
-                store.train_dict(rows_as_bytes(part, len(part)))
-            store.append(rows_as_bytes(part, len(part)))
-        return int(take)
-
-    def rest(added: int) -> Iterable[Any]:
-        return fixed_payloads(array, manifest.shard_records, start=added, dtype=dtype)
-
-    append_shards(path, "fixed", fill, rest, workers=workers)
+    _append_rows(path, array, workers, check_appendable(path, ragged=False))
     return Dataset(path)
 
 
@@ -354,7 +335,38 @@ def append_ragged(
         _append_url(target, "ragged", arrays, workers=workers, break_lock=break_lock)
         return _opened_url(RaggedDataset, target, store_options)
     path = target
-    manifest = check_appendable(path, ragged=True)
+    _append_records(path, arrays, workers, check_appendable(path, ragged=True))
+    return RaggedDataset(path)
+
+
+def _append_rows(path: Path, array: Any, workers: int | None, manifest: Manifest) -> None:
+    """`append_dataset` to a local sharded dataset, the rows cast to ``manifest``'s schema
+    (`append_shards` refuses the append if the manifest under the lock says otherwise)."""
+    schema = manifest.schema
+    dtype, codec = schema.dtype, parse_codec(schema.codec)
+    array = _joining_rows(array, schema)
+    rows = Rows(array, 0, int(array.shape[0]), dtype)
+
+    def fill(store: RecordStore, room: int) -> int:
+        take = min(room, len(rows))
+        step = max(1, _STEP_BYTES // max(1, schema.item_bytes))
+        for start in range(0, take, step):
+            part = rows[start : min(start + step, take)]
+            if codec is Codec.ZSTD_DICT and not store.has_dict:
+                store.train_dict(rows_as_bytes(part, len(part)))
+            store.append(rows_as_bytes(part, len(part)))
+        return int(take)
+
+    def rest(added: int) -> Iterable[Any]:
+        return fixed_payloads(array, manifest.shard_records, start=added, dtype=dtype)
+
+    append_shards(path, "fixed", manifest, fill, rest, workers=workers)
+
+
+def _append_records(
+    path: Path, arrays: Iterable[Any], workers: int | None, manifest: Manifest
+) -> None:
+    """`append_ragged` to a local sharded dataset, as `_append_rows`."""
     schema = manifest.schema
     records = _joining_records(arrays, schema)
 
@@ -366,8 +378,7 @@ def append_ragged(
     def rest(added: int) -> Iterable[Any]:
         return ragged_payloads(records, manifest.shard_records, lazy=workers in (None, 1))
 
-    append_shards(path, "ragged", fill, rest, workers=workers)
-    return RaggedDataset(path)
+    append_shards(path, "ragged", manifest, fill, rest, workers=workers)
 
 
 def write_sharded(
@@ -389,14 +400,14 @@ def write_sharded(
     check_write_mode(mode, overwrite)
     sharded = is_sharded(path)
     if mode == "a" and sharded:
-        manifest = read_manifest(path)
+        manifest = check_appendable(path, ragged=kind == "ragged")
         if shard_records is not None and shard_records != manifest.shard_records:
             raise ValueError(
                 f"{path} has shard_records={manifest.shard_records}; appending keeps it"
             )
         check_kept_codec(path, manifest.schema.codec, options.get("codec"))
-        append = append_dataset if kind == "fixed" else append_ragged
-        append(path, source, workers=workers).close()
+        append = _append_rows if kind == "fixed" else _append_records
+        append(path, source, workers, manifest)
         return True
     if shard_records is None:
         return False
