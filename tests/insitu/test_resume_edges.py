@@ -73,3 +73,27 @@ def test_skip_resume_equals_the_uninterrupted_run(tmp_path: Path, k: int) -> Non
     with InSituDataset(path, m, num_threads=1, **kw) as ds:
         ds.load_state_dict(state)
         assert first + indices(ds.train) == full
+
+
+@pytest.mark.parametrize("world", [2, 3, 5, 9])
+def test_sharded_evaluation_splits_are_read_whole_across_ranks(tmp_path: Path, world: int) -> None:
+    """val/test/all are spread over the ranks by sample: every sample on exactly one rank,
+    however few chunks the split has (a one-chunk val was empty on every rank)."""
+    path = small_archive(tmp_path / "a.zarr", n=96)  # 12 chunks: train 9, val 1, test 2
+    m = split_by_chunk(open_geometries(path)["x"], (0.8, 0.1, 0.1))
+    got: dict[str, list[int]] = {"val": [], "test": [], "all": []}
+    for rank in range(world):
+        with InSituDataset(path, m, batch_size=4, shard=(rank, world), num_threads=1) as ds:
+            for view in got:
+                part = [i for b in getattr(ds, view) for i in b.sample_indices.tolist()]
+                assert part == sorted(part)
+                got[view] += part
+    for view, seen in got.items():
+        assert seen == m.sample_indices(view).tolist(), view
+
+
+def test_a_shard_that_would_empty_train_on_every_rank_is_refused(tmp_path: Path) -> None:
+    path = small_archive(tmp_path / "a.zarr", n=80)  # train: 8 chunks
+    m = split_by_chunk(open_geometries(path)["x"], (0.8, 0.1, 0.1))
+    with pytest.raises(ValueError, match=r"'train' split .* 8 chunks for 100 ranks"):
+        InSituDataset(path, m, batch_size=4, shard=(0, 100))

@@ -332,9 +332,13 @@ class InSituDataset(Closing):
             lead = math.ceil(c.batch_size / m.sample_chunk_size)
             shuffled = view == "train" and c.shuffle
             spec = OrderSpec(
-                shuffled, c.seed, self._epoch, c.block_chunks, c.shard, lead, self._anchors()
-            )
-            order = sample_order(m.chunk_ids(view), m.sample_chunk_size, m.n_samples, spec)
+                shuffled, c.seed, self._epoch, c.block_chunks, c.shard, lead, self._anchors(),
+                spread=view != "train",
+            )  # fmt: skip
+            try:
+                order = sample_order(m.chunk_ids(view), m.sample_chunk_size, m.n_samples, spec)
+            except ValueError as exc:
+                raise ValueError(f"the {view!r} split cannot be sharded: {exc}") from None
             plan = PassPlan(order=order, batch_size=c.batch_size, uses=self._uses(order, 0))
             self._plans = {k: p for k, p in self._plans.items() if k[1] == self._epoch}
             self._plans[key] = plan

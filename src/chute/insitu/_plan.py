@@ -40,6 +40,7 @@ class OrderSpec:
     shard: tuple[int, int] | None = None
     lead_chunks: int = 0  # chunks of the first window that the first batch draws from
     anchors: tuple[int, int] | None = None  # the samples that may be drawn (windowed views)
+    spread: bool = False  # shard by samples, not chunks: an evaluation split, kept whole
 
 
 def sample_order(
@@ -52,8 +53,11 @@ def sample_order(
     two parts, its first ``lead_chunks`` chunks ahead of the rest, so the first batch
     waits for those chunks only, not for the whole window. With ``shard=(index, count)`` each
     rank takes every ``count``-th chunk of that permutation (disjoint chunk sets) and
-    every rank's pass is cut to the shortest rank's length (equal batch counts). With
-    ``anchors=(lo, hi)`` only samples in ``[lo, hi)`` are drawn.
+    every rank's pass is cut to the shortest rank's length (equal batch counts); a cut
+    that would leave every rank nothing is a ``ValueError``. With ``spread`` (an evaluation
+    split) the pass is instead cut into ``count`` consecutive parts whose lengths differ by
+    at most one, so every sample is read by exactly one rank. With ``anchors=(lo, hi)``
+    only samples in ``[lo, hi)`` are drawn.
     """
     lo, hi = spec.anchors if spec.anchors is not None else (0, n_samples)
 
@@ -64,6 +68,12 @@ def sample_order(
         return counts
 
     chunks = np.asarray(chunk_ids, np.int64)
+    if spec.spread and spec.shard is not None:
+        order = chunk_samples(chunks, chunk_size, n_samples)
+        order = order[(order >= lo) & (order < hi)]
+        index, count = spec.shard
+        part: np.ndarray = np.array_split(order, count)[index]
+        return part
     if spec.shuffle:
         chunks = chunks[permutation(len(chunks), spec.seed, "chunks", spec.epoch)]
     if spec.shard is not None:
@@ -71,6 +81,13 @@ def sample_order(
         lengths = drawn(chunks)
         per_rank = [int(lengths[r::count].sum()) for r in range(count)]
         keep = min(per_rank)
+        if keep == 0 and sum(per_rank):
+            raise ValueError(
+                f"it has {len(chunks)} chunks for {count} ranks (shard=({index}, {count})): "
+                f"rank {per_rank.index(0)} would get no samples, and every rank's pass is "
+                "cut to the shortest for equal batch counts, so every rank's would be empty. "
+                "Use fewer ranks, smaller chunks along the sample axis or a larger split"
+            )
         chunks = chunks[index::count]
     else:
         keep = None

@@ -9,6 +9,7 @@ from typing import Any
 from chute._util.state import StateLayout, fingerprint
 
 ORDER_REVISION = 3  # of the epoch order: states saved under another one do not resume
+SHARDED_ORDER_REVISION = 4  # sharded: evaluation splits spread by sample since 4
 LAYOUT = StateLayout(
     "InSituDataset",
     (2,),  # version 1 (before the Feistel order) ordered batches differently: refused
@@ -37,7 +38,7 @@ def order_fields(
         "block_chunks": block_chunks,
         "shuffle": shuffle,
         "shard": None if shard is None else list(shard),
-        "order_revision": ORDER_REVISION,
+        "order_revision": ORDER_REVISION if shard is None else SHARDED_ORDER_REVISION,
         "snapshot_id": snapshot_id,
         "offsets": dict(sorted(offsets.items())),
     }
