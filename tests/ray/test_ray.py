@@ -231,6 +231,29 @@ def test_a_reader_of_a_column_raises_when_the_conversion_is_overwritten(
     new["x"].close()
 
 
+@pytest.mark.parametrize("sharded", [True, False])
+def test_an_overwrite_replaces_a_dataset_at_the_folder_itself(
+    local_ray: None, tmp_path: Path, sharded: bool
+) -> None:
+    """A conversion over a folder holding a dataset removes it as `chute.write_dataset`'s
+    overwrite does: chute.Dataset(path) no longer opens the old data, its readers raise."""
+    path = tmp_path / "d"
+    chute.write_dataset(path, np.arange(10), shard_records=4 if sharded else None).close()
+    old = chute.Dataset(path)
+    assert old[[0]].tolist() == [0]
+    rows = ray.data.from_items([{"v": i * 10} for i in range(5)], override_num_blocks=1)
+    new = chute.ray.write_dataset(path, rows, shard_records=4, overwrite=True)
+    assert new["v"][:].tolist() == [0, 10, 20, 30, 40]
+    with pytest.raises(chute.StoreChangedError):
+        old[[9]]
+    old.close()
+    assert not list(path.glob("part-*")) and not (path / "dataset.json").exists()
+    assert not (path / "meta.zr").exists() and not list(path.glob("[0-9]*.zr"))
+    with pytest.raises(chute.StoreNotFoundError):
+        chute.Dataset(path)
+    assert chute.ray.open_columns(path)["v"][:].tolist() == [0, 10, 20, 30, 40]
+
+
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder", "nested", "link-out"])
 def test_a_hostile_columns_file_is_an_error_naming_it(tmp_path: Path, kind: str) -> None:
     """columns.json is read as every file chute is pointed at: a regular file inside the

@@ -110,6 +110,19 @@ def test_an_overwrite_replaces_the_columns_and_a_failure_leaves_the_old_ones(
     assert np.array_equal(chute.ray.open_columns(local)["label"][:], LABELS)
 
 
+def test_an_overwrite_replaces_a_dataset_at_the_prefix_itself(
+    local_ray: None, s3_server: str
+) -> None:
+    url, opts = f"s3://{new_bucket(s3_server)}/plain", options(s3_server)
+    chute.write_dataset(url, np.arange(10), shard_records=4, **opts)
+    rows = ray.data.from_items([{"v": i * 10} for i in range(5)], override_num_blocks=1)
+    chute.ray.write_dataset(url, rows, shard_records=4, overwrite=True, **opts)
+    assert folders(url, s3_server) == {"columns.json", "v"}  # its manifest and shards gone
+    with pytest.raises(chute.errors.RemoteNotFoundError):
+        chute.Dataset(url, **opts)
+    assert chute.Dataset(f"{url}/v", **opts)[:].tolist() == [0, 10, 20, 30, 40]
+
+
 def test_a_retried_task_leaves_no_shard_unnamed(
     local_ray: None, s3_server: str, tmp_path: Path
 ) -> None:

@@ -4,8 +4,10 @@ published in one place, so the modules behind it can change without reaching thr
 * `RecordSchema`: a dataset's schema.json as a value (``RecordSchema.read(path)``, checked,
   every failure naming the file).
 * `open_source`: the `RecordSource` of a store or sharded dataset at a path, read-only.
-* `Manifest`, `write_manifest`, `shard_name`, `checksum_of`: a sharded dataset's manifest.
-* `writer_lock`, `clear`: the one-writer lock of a dataset folder, and clearing one under it.
+* `Manifest`, `write_manifest`, `shard_name`, `is_shard_name`, `checksum_of`,
+  `MANIFEST_FILE`: a sharded dataset's manifest.
+* `writer_lock`, `clear`, `DATASET_LOCK`: the one-writer lock of a dataset folder (and its
+  file name), and clearing one under it.
 * `check_sharding`: the ``shard_records`` / ``workers`` arguments checked.
 * `survey`, `Found`, `check_writable`, `commit_manifest`, `remove_unnamed`,
   `next_shard_number`: writing a sharded dataset to object storage, step by step (for a
@@ -21,8 +23,13 @@ from chute.datasets._remote_write import (
 )
 from chute.datasets._schema import RecordSchema
 from chute.datasets._sharded_manifest import (
+    LOCK_FILE as DATASET_LOCK,
+)
+from chute.datasets._sharded_manifest import (
+    MANIFEST_FILE,
     Manifest,
     checksum_of,
+    is_shard_name,
     next_shard_number,
     shard_name,
     write_manifest,
@@ -32,6 +39,8 @@ from chute.datasets._sharded_write import check_sharding, clear, writer_lock
 from chute.datasets._source import RecordSource
 
 __all__ = [
+    "DATASET_LOCK",
+    "MANIFEST_FILE",
     "Found",
     "Manifest",
     "RecordSchema",
@@ -41,6 +50,7 @@ __all__ = [
     "checksum_of",
     "clear",
     "commit_manifest",
+    "is_shard_name",
     "next_shard_number",
     "open_source",
     "remove_unnamed",

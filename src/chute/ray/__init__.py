@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from chute._objects import check_options, is_remote_url, open_location
 from chute._util.renamed import legacy_arguments
 from chute.datasets import Dataset, RaggedDataset, is_sharded
-from chute.datasets._internal import check_sharding, clear, writer_lock
+from chute.datasets._internal import DATASET_LOCK, check_sharding, clear, writer_lock
 from chute.errors import ColumnTypeError
 from chute.ray._layout import COLUMNS_FILE, LOCK_FILE, STAGING, conversion_lock, open_columns
-from chute.store._internal import parse_codec
+from chute.store._internal import META_FILE, parse_codec
 
 if TYPE_CHECKING:
     from chute.ray._sink import ChuteDatasink
@@ -143,11 +143,16 @@ def _refuse_occupied(path: Path) -> None:
 
 
 def _remove_conversion(path: Path) -> None:
-    """Remove a previous conversion at ``path``: columns.json first, then each column as an
-    overwrite clears a sharded dataset (under its writer lock, raising its generation, so a
-    reader of the old column raises `StoreChangedError` instead of mixing it with the new)."""
+    """Remove what ``overwrite=True`` replaces at ``path``: columns.json first; a dataset at
+    ``path`` itself (sharded, or a single store) as `chute.write_dataset` overwrites one;
+    then each column as an overwrite clears a sharded dataset. Each goes under its writer
+    lock, its generation raised, so a reader of the old data raises `StoreChangedError`
+    instead of reading it on or mixing it with the new."""
     (path / COLUMNS_FILE).unlink(missing_ok=True)
     shutil.rmtree(path / STAGING, ignore_errors=True)
+    if is_sharded(path) or (path / META_FILE).exists() or (path / DATASET_LOCK).exists():
+        with writer_lock(path):
+            clear(path)
     for entry in path.iterdir():
         if entry.is_dir() and not entry.is_symlink() and is_sharded(entry):
             with writer_lock(entry):

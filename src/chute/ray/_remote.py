@@ -15,6 +15,9 @@ Order:
 4. it deletes what no manifest names: the old shards, a retried task's leftovers, the old
    columns the new conversion lacks; then the lock.
 
+A dataset at the root itself (``overwrite=True`` over a plain sharded dataset) loses its
+``dataset.json`` with ``columns.json`` in step 3 and its shards in step 4.
+
 A conversion that fails before step 3 leaves the old one as it was, and the driver deletes
 what its tasks uploaded (numbers from its base up), lock in hand; a killed driver's uploads
 are deleted by the next conversion, in step 4.
@@ -40,10 +43,12 @@ from chute._objects import (
 )
 from chute.datasets import Dataset, RaggedDataset
 from chute.datasets._internal import (
+    MANIFEST_FILE,
     Found,
     Manifest,
     check_writable,
     commit_manifest,
+    is_shard_name,
     next_shard_number,
     remove_unnamed,
     survey,
@@ -57,6 +62,7 @@ from chute.ray._layout import (
     parse_columns,
 )
 from chute.ray._sink import TASK_SHARDS, ChuteDatasink, Remote
+from chute.store._internal import is_store_file
 
 
 def convert_to_url(
@@ -81,9 +87,11 @@ def convert_to_url(
     _refuse_occupied(location, overwrite)  # before a lock is put in a folder not ours
     with RemoteLock(location, LOCK_FILE, break_lock=break_lock) as lock:
         _refuse_occupied(location, overwrite)
+        root = survey(location, replacing=True)  # a dataset there is replaced too
         old = {
             name: survey(sub_location(location, name), replacing=True)
-            for name in list_dir(location)[0]
+            for name in root.folders
+            if not is_shard_name(name)
         }
         base = next_shard_number(f for found in old.values() for f in found.folders)
         base = -(-base // TASK_SHARDS) * TASK_SHARDS  # a whole block of numbers per task
@@ -96,7 +104,7 @@ def convert_to_url(
                 with contextlib.suppress(RemoteError):
                     _remove_from(location, base)
             raise
-        _commit(location, lock, sink, old)
+        _commit(location, lock, sink, old, root)
 
 
 def _refuse_occupied(location: Location, overwrite: bool) -> None:
@@ -106,10 +114,16 @@ def _refuse_occupied(location: Location, overwrite: bool) -> None:
 
 
 def _commit(
-    location: Location, lock: RemoteLock, sink: ChuteDatasink, old: dict[str, Found]
+    location: Location,
+    lock: RemoteLock,
+    sink: ChuteDatasink,
+    old: dict[str, Found],
+    root: Found,
 ) -> None:
+    """Steps 3 and 4; a dataset at the root itself (``root``: its manifest, shards, a single
+    store's files) loses its manifest with columns.json and its shards at the end."""
     lock.check()
-    delete_keys(location, [COLUMNS_FILE])
+    delete_keys(location, [COLUMNS_FILE, *([MANIFEST_FILE] if MANIFEST_FILE in root.files else [])])
     manifests: dict[str, Manifest] = {}
     for name, (_, schema, shards) in sink.uploaded.items():
         manifest = Manifest(
@@ -132,8 +146,9 @@ def _commit(
         folder = sub_location(location, name)
         remove_unnamed(folder, lock, manifest, list_dir(folder)[0])
     gone = [name for name, found in old.items() if name not in manifests and _is_column(found)]
+    gone += [f for f in root.folders if is_shard_name(f) and f not in manifests]
     lock.check()
-    delete_keys(location, keys_in(location, gone))
+    delete_keys(location, [*keys_in(location, gone), *filter(is_store_file, root.files)])
 
 
 def _is_column(found: Found) -> bool:
