@@ -25,9 +25,7 @@ def indices(batches: Any) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_a_state_saved_after_the_last_batch_resumes_after_it(
-    tmp_path: Path, shuffle: bool
-) -> None:
+def test_a_state_saved_after_the_last_batch_resumes_after_it(tmp_path: Path, shuffle: bool) -> None:
     """A checkpoint taken right after the last batch of a pass (every N steps, N dividing
     the epoch) resumes with nothing left of that pass; the next pass is the one an
     uninterrupted run makes next."""

@@ -102,7 +102,7 @@ class InSituDataset(Closing):
         chunk_transforms: Sequence[ChunkTransform] = (),
         batch_transforms: Sequence[BatchTransform] = (),
         shard: SliceSpec = None,
-        on_bad_chunk: Literal["raise", "skip"] = "raise",
+        on_bad_chunk: Literal["raise", "skip", "nan"] = "raise",
         num_threads: int | None = None,
         options: InSituOptions | None = None,
         **store_kwargs: Any,
@@ -252,7 +252,8 @@ class InSituDataset(Closing):
 
     @property
     def bad_chunks(self) -> list[str]:
-        """Store keys of chunks skipped with ``on_bad_chunk="skip"``."""
+        """Store keys of the chunks skipped (``on_bad_chunk="skip"``) or filled with NaN
+        (``"nan"``), each once."""
         return list(self._engine.bad_chunks)
 
     def use_allocator(self, allocate: Allocate, *, extra_batches: int = 0) -> None:

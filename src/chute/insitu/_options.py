@@ -19,8 +19,8 @@ from chute._objects import check_options, is_option
 from chute._util.checks import check_optional_int
 from chute._util.process_slice import SliceSpec
 
-from ._geometry import ArrayGeometry
 from ._files import archive_files
+from ._geometry import ArrayGeometry
 from ._store import StoreLike
 from ._transforms import BatchTransform, ChunkTransform
 
@@ -58,7 +58,7 @@ class InSituOptions:
     chunk_transforms: Sequence[ChunkTransform] = ()
     batch_transforms: Sequence[BatchTransform] = ()
     shard: SliceSpec = None
-    on_bad_chunk: Literal["raise", "skip"] = "raise"
+    on_bad_chunk: Literal["raise", "skip", "nan"] = "raise"
     num_threads: int | None = None
     store_options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -67,8 +67,10 @@ class InSituOptions:
             object.__setattr__(self, name, check_optional_int(name, getattr(self, name), minimum=1))
         budget = check_optional_int("cache_budget_bytes", self.cache_budget_bytes, minimum=1)
         object.__setattr__(self, "cache_budget_bytes", budget)
-        if self.on_bad_chunk not in ("raise", "skip"):
-            raise ValueError(f"on_bad_chunk must be 'raise' or 'skip', got {self.on_bad_chunk!r}")
+        if self.on_bad_chunk not in ("raise", "skip", "nan"):
+            raise ValueError(
+                f"on_bad_chunk must be 'raise', 'skip' or 'nan', got {self.on_bad_chunk!r}"
+            )
         if not isinstance(self.shuffle, bool):
             raise TypeError(f"shuffle must be True or False, got {self.shuffle!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):

@@ -81,7 +81,7 @@ def sample_order(
         lengths = drawn(chunks)
         per_rank = [int(lengths[r::count].sum()) for r in range(count)]
         keep = min(per_rank)
-        if keep == 0 and sum(per_rank):
+        if keep == 0 and any(per_rank):
             raise ValueError(
                 f"it has {len(chunks)} chunks for {count} ranks (shard=({index}, {count})): "
                 f"rank {per_rank.index(0)} would get no samples, and every rank's pass is "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import math
 import queue
 import threading
@@ -24,8 +23,6 @@ import numpy as np
 import zarr
 from zarr.abc.store import Store
 
-from chute.errors import BadChunkError
-
 from ._buffers import BatchBuffers
 from ._decode import DirectReader, reserve_read_buffer
 from ._files import local_root, stored_limit
@@ -33,6 +30,7 @@ from ._geometry import ArrayGeometry
 from ._options import chunk_stamp
 from ._plan import SlabUse
 from ._pool import ChunkPool, Slab, SlabKey
+from ._reader import OnBadChunk, SlabReader
 from ._shared import SharedChunks
 from ._transforms import Batch, BatchTransform, ChunkTransform
 
@@ -95,7 +93,7 @@ class Engine:
         batches_held: int,
         chunk_transforms: Sequence[ChunkTransform],
         batch_transforms: Sequence[BatchTransform],
-        on_bad_chunk: Literal["raise", "skip"],
+        on_bad_chunk: OnBadChunk,
         shared: SharedChunks | None = None,
     ) -> None:
         self.geometries = geometries
@@ -110,7 +108,6 @@ class Engine:
         self.chunk_transforms = tuple(chunk_transforms)
         self.batch_transforms = tuple(batch_transforms)
         self.on_bad_chunk = on_bad_chunk
-        self.bad_chunks: list[str] = []
         self.times = StageTimes()
         self._executor = ThreadPoolExecutor(decode_threads, thread_name_prefix="chute-insitu")
         self._gatherer = ThreadPoolExecutor(1, thread_name_prefix="chute-insitu-gather")
@@ -121,13 +118,13 @@ class Engine:
             target=self.loop.run_forever, name="chute-insitu-loop", daemon=True
         )
         self._thread.start()
-        self._sem: asyncio.Semaphore | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._direct: dict[str, DirectReader | None] = {}
         files = getattr(store, "files", None)
         for g in geometries.values():  # reads of a local archive's files are bounded
             if files is not None:
-                files.bound(g.path, stored_limit(math.prod(g.stored_chunks) * np.dtype(g.dtype).itemsize))
+                stored = math.prod(g.stored_chunks) * np.dtype(g.dtype).itemsize
+                files.bound(g.path, stored_limit(stored))
         try:
             self.arrays: dict[str, Any] = self.call(self._open(store))
             self._start_threads()
@@ -140,7 +137,6 @@ class Engine:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     async def _open(self, store: Store) -> dict[str, Any]:
-        self._sem = asyncio.Semaphore(self.max_inflight)
         arrays = {
             name: await zarr.api.asynchronous.open_array(store=store, path=g.path, mode="r")
             for name, g in self.geometries.items()
@@ -148,7 +144,16 @@ class Engine:
         self._direct = {
             name: DirectReader.for_array(arr, self.times.add) for name, arr in arrays.items()
         }
+        self.reader = SlabReader(
+            self.geometries, arrays, self._direct, self.max_inflight, self.on_bad_chunk,
+            self.times.add,
+        )  # fmt: skip
         return arrays
+
+    @property
+    def bad_chunks(self) -> list[str]:
+        """Keys of the chunks skipped or NaN-filled (``on_bad_chunk``), each once."""
+        return list(self.reader.bad_chunks)
 
     def _start_threads(self) -> None:
         """Start every decode thread with its read buffer, and the gather thread, now:
@@ -197,53 +202,8 @@ class Engine:
 
     # -- reading ---------------------------------------------------------------------
 
-    def _parts(self, name: str, j: int) -> list[tuple[tuple[slice, ...], tuple[int, ...]]]:
-        """Selections and grid coordinates of the stored chunks making up slab ``j``."""
-        g = self.geometries[name]
-        axes = []
-        for axis, (n, c) in enumerate(zip(g.shape, g.stored_chunks, strict=True)):
-            if axis == g.sample_axis:
-                axes.append([(slice(j * c, min((j + 1) * c, n)), j)])
-            else:
-                axes.append([(slice(s, min(s + c, n)), s // c) for s in range(0, n, c)])
-        return [
-            (tuple(p[0] for p in combo), tuple(p[1] for p in combo))
-            for combo in itertools.product(*axes)
-        ]
-
     def chunk_key(self, name: str, coords: tuple[int, ...]) -> str:
-        arr = self.arrays[name]
-        key = arr.metadata.encode_chunk_key(coords)
-        return f"{arr.path}/{key}" if arr.path else str(key)
-
-    async def _read(
-        self,
-        name: str,
-        selection: tuple[slice, ...],
-        coords: tuple[int, ...],
-        slab: Slab | None = None,
-    ) -> np.ndarray:
-        """One stored chunk, under the shared in-flight budget; decoded into ``slab``'s
-        buffer when the chunk is the whole slab."""
-        assert self._sem is not None
-        async with self._sem:
-            direct = self._direct[name]
-            data = None
-            if direct is not None and all(
-                s.stop - s.start == c for s, c in zip(selection, direct.chunk_shape, strict=True)
-            ):
-                size = direct.nbytes
-                data = await direct.read(
-                    coords,
-                    (lambda: self.pool.buffer(slab))
-                    if slab is not None
-                    else (lambda: np.empty(size, dtype=np.uint8)),
-                )
-            if data is None:
-                start = time.perf_counter()
-                data = np.asarray(await self.arrays[name].getitem(selection))
-                self.times.add("decode", time.perf_counter() - start)
-            return data
+        return self.reader.chunk_key(name, coords)
 
     async def _fetch(self, slab: Slab) -> None:
         """Read, decode and transform one slab into the pool (or map it from the on-disk
@@ -254,8 +214,8 @@ class Engine:
             if self.shared is not None:
                 data, lock, source = await self._claim(slab)
             if data is None:
-                data = await self._decode_slab(slab)
-                if data is not None and lock is not None:
+                data, clean = await self._decode_slab(slab)
+                if data is not None and clean and lock is not None:
                     assert self.shared is not None
                     loop = asyncio.get_running_loop()
                     publish = functools.partial(self.shared.publish, slab.key, data, source)
@@ -271,13 +231,15 @@ class Engine:
                 SharedChunks.unlock(lock)
         self.pool.fill(slab, data)
 
-    async def _decode_slab(self, slab: Slab) -> np.ndarray | None:
-        data = await self._read_slab(slab)
+    async def _decode_slab(self, slab: Slab) -> tuple[np.ndarray | None, bool]:
+        """The slab decoded and transformed (``None``: skipped), and whether it read
+        cleanly (only a clean slab is published to the on-disk pool)."""
+        data, clean = await self.reader.read_slab(slab.key, lambda: self.pool.buffer(slab))
         self.decodes += 1
         if data is not None and self.chunk_transforms:
             loop = asyncio.get_running_loop()
             data = await loop.run_in_executor(None, self._transform, slab.key[0], data)
-        return data
+        return data, clean
 
     async def _claim(self, slab: Slab) -> tuple[np.ndarray | None, int | None, str]:
         """The slab from the on-disk pool, or its decode lock if nobody published it (or
@@ -332,41 +294,9 @@ class Engine:
             return ""
         keys = self._chunk_keys.get(key)
         if keys is None:
-            keys = self._chunk_keys[key] = [self.chunk_key(key[0], c) for _, c in self._parts(*key)]
+            parts = self.reader.parts(*key)
+            keys = self._chunk_keys[key] = [self.chunk_key(key[0], c) for _, c in parts]
         return chunk_stamp(self._root, keys)
-
-    async def _read_slab(self, slab: Slab) -> np.ndarray | None:
-        """The slab's stored chunks, samples on axis 0; ``None`` for a skipped bad chunk."""
-        name, j = slab.key
-        g = self.geometries[name]
-        parts = self._parts(name, j)
-        try:
-            if len(parts) == 1:
-                data = await self._read(name, *parts[0], slab)
-            else:
-                shape = list(g.shape)
-                first = parts[0][0][g.sample_axis]
-                shape[g.sample_axis] = first.stop - first.start
-                data = np.empty(shape, dtype=g.dtype)
-                results = await asyncio.gather(
-                    *(self._read(name, sel, coords) for sel, coords in parts),
-                    return_exceptions=True,
-                )
-                for (sel, coords), part in zip(parts, results, strict=True):
-                    if isinstance(part, BaseException):
-                        raise _PartError(coords, part)
-                    local = list(sel)
-                    local[g.sample_axis] = slice(None)
-                    data[tuple(local)] = part
-        except Exception as exc:
-            coords = exc.coords if isinstance(exc, _PartError) else parts[0][1]
-            cause = exc.cause if isinstance(exc, _PartError) else exc
-            error = BadChunkError(self.chunk_key(name, coords), cause)
-            if self.on_bad_chunk == "raise":
-                raise error from cause
-            self.bad_chunks.append(error.key)
-            return None
-        return np.moveaxis(data, g.sample_axis, 0)
 
     def _transform(self, name: str, data: np.ndarray) -> np.ndarray:
         start = time.perf_counter()
@@ -514,7 +444,7 @@ class Engine:
             (idx + d) // self.geometries[n].sample_chunk_size
             for n, d in zip(names, shifts, strict=True)
         ]
-        if self.bad_chunks:
+        if self.on_bad_chunk == "skip" and self.reader.bad_chunks:
             keep = np.ones(len(idx), dtype=bool)
             for n, ids in zip(names, slab_ids, strict=True):
                 for s in _distinct(ids):
@@ -573,10 +503,3 @@ def _distinct(values: np.ndarray) -> np.ndarray:
 def _due(first: int, progress: _Progress) -> Callable[[], bool]:
     """Whether the pass has reached the batch that first needs a slab."""
     return lambda: first <= progress.batch
-
-
-class _PartError(Exception):
-    def __init__(self, coords: tuple[int, ...], cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.coords = coords
-        self.cause = cause

@@ -82,7 +82,7 @@ class InSituConfig:
     seed: int
     shuffle: bool
     shard: tuple[int, int] | None
-    on_bad_chunk: Literal["raise", "skip"]
+    on_bad_chunk: Literal["raise", "skip", "nan"]
     cache_dir: str | None
 
 
