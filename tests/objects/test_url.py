@@ -99,3 +99,44 @@ else:
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("endpoint", ["not a url", "http://127.0.0.1:9000 ", "http//127.0.0.1:9000",
+                                      "ftp://host", "http://host:99999", 9000])  # fmt: skip
+def test_a_malformed_endpoint_is_a_value_error_naming_it_before_any_request(
+    endpoint: object,
+) -> None:
+    """obstore took these and panicked (pyo3's PanicException, no Exception) at the first
+    request, from chute.Dataset and chute.write_dataset alike."""
+    import numpy as np
+
+    import chute
+
+    opts = {"region": "us-east-1", "skip_signature": True, "endpoint": endpoint}
+    with pytest.raises(ValueError, match=r"Dataset: endpoint=.* is not a URL"):
+        chute.Dataset("s3://b/d", **opts)
+    with pytest.raises(ValueError, match=r"write_dataset: endpoint=.* is not a URL"):
+        chute.write_dataset("s3://b/d", np.arange(3), **opts)
+    with pytest.raises(ValueError, match=r"AWS_ENDPOINT=.* is not a URL"):
+        open_location("s3://b/d", AWS_ENDPOINT=endpoint)
+    with pytest.raises(ValueError, match=r"base_url=.* is not a URL"):
+        open_location("gs://b/d", base_url=endpoint, skip_signature=True)
+    open_location("s3://b/d", endpoint="http://[::1]:9000/path", region="us-east-1")  # fine
+
+
+def test_a_panic_in_obstore_s_client_is_a_remote_error() -> None:
+    """A store instance is not checked as options are: a panic at its first request (a
+    BaseException) is turned into a `RemoteError` at chute's boundary, on read and write."""
+    import numpy as np
+    from obstore.store import S3Store
+
+    import chute
+    from chute.errors import RemoteError
+
+    def store() -> S3Store:
+        return S3Store("b", region="us-east-1", skip_signature=True, endpoint="not a url")
+
+    with pytest.raises(RemoteError, match="client failed"):
+        chute.Dataset(store())
+    with pytest.raises(RemoteError, match="client failed"):
+        chute.write_dataset(store(), np.arange(3))

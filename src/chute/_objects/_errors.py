@@ -26,6 +26,11 @@ def remote_error(url: str, error: BaseException) -> ChuteError:
     )
 
     cause = first_line(error)
+    if is_panic(error):
+        return RemoteError(
+            f"{url}: the store's client failed before its request went out ({cause}); "
+            "check the store options (endpoint= ...)"
+        )
     if isinstance(error, FileNotFoundError):
         return RemoteNotFoundError(f"{url}: no such object ({cause})")
     if isinstance(error, (AlreadyExistsError, PreconditionError)):
@@ -38,6 +43,17 @@ def remote_error(url: str, error: BaseException) -> ChuteError:
     if isinstance(error, (PermissionDeniedError, UnauthenticatedError)):
         return RemoteError(f"{url}: access denied: {cause}")
     return RemoteError(f"{url}: the request failed (after its retries): {cause}")
+
+
+def is_panic(error: BaseException) -> bool:
+    """Whether ``error`` is a Rust panic surfacing from obstore (pyo3's ``PanicException``,
+    a ``BaseException``): the boundary turns it into a `RemoteError` like any failure.
+
+    >>> is_panic(KeyboardInterrupt()), is_panic(ValueError())
+    (False, False)
+    """
+    kind = type(error)
+    return kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime"
 
 
 def in_batch(error: RemoteError, doing: str) -> RemoteError:

@@ -34,7 +34,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 from chute._objects._cache import BlockCache
-from chute._objects._errors import remote_error
+from chute._objects._errors import is_panic, remote_error
 from chute._objects._spans import Buffer, Span, cut
 from chute._objects._url import Location, check_options, open_location, scheme_of
 from chute._util.checks import check_int
@@ -519,7 +519,9 @@ class ObjectReader:
             return request()
         except ChuteError:
             raise
-        except Exception as e:  # obstore's errors, a timeout, a dropped connection
+        except BaseException as e:  # obstore's errors (a panic too), a timeout, a dropped link
+            if not isinstance(e, Exception) and not is_panic(e):
+                raise
             raise remote_error(self.url(path), e) from None
 
     def _run(self, calls: Sequence[Callable[[], _T]]) -> list[_T]:

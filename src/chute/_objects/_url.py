@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,15 @@ _OPTIONS: dict[str, frozenset[str]] = {
     "file": frozenset(),
     "": frozenset(),
 }
+# Options whose value is a URL the store's client sends requests to: checked as one before
+# the store is built (obstore panics on a malformed one at the first request).
+_URL_OPTIONS = {
+    "s3": frozenset({"endpoint", "metadata_endpoint", "sts_endpoint", "endpoint_url_s3"}),
+    "gs": frozenset({"base_url"}),
+    "az": frozenset({"endpoint", "authority_host", "msi_endpoint"}),
+}
+# What RFC 3986 lets a URL hold (percent escapes included); no space, no control character.
+_URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+")
 _ALIASES = {"s3a": "s3", "gcs": "gs", "abfs": "az", "abfss": "az", "azure": "az"}
 SCHEMES = ("s3", "gs", "az", "http", "https", "file")
 """The URL schemes chute reads (``s3a``, ``gcs``, ``abfs(s)``, ``azure`` are read as aliases)."""
@@ -158,21 +168,51 @@ def check_options(
     url: object, options: Mapping[str, Any], owner: str, keywords: Sequence[str] = ()
 ) -> None:
     """A ``TypeError`` for the first of ``options`` that is no option of ``url``'s store,
-    naming the nearest of ``keywords`` and the store's options; checked before any request.
+    naming the nearest of ``keywords`` and the store's options, and a ``ValueError`` for a
+    URL-valued one (``endpoint=`` ...) that is no http(s) URL; checked before any request.
 
     >>> check_options("s3://b/p", {"regoin": "eu-west-1"}, "Dataset")
     Traceback (most recent call last):
     ...
     TypeError: Dataset got an unexpected keyword argument 'regoin'; did you mean 'region'?
     """
-    for key in options:
+    for key, value in options.items():
         if is_option(url, key):
+            _check_url_option(url, key, value, owner)
             continue
         valid = [*keywords, *sorted(options_for(url))]
         near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         where = "" if options_for(url) else " (store options apply to object-storage URLs only)"
         raise TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint}{where}")
+
+
+def _check_url_option(url: object, key: str, value: Any, owner: str) -> None:
+    """A ``ValueError`` where ``key`` is a URL-valued option (``endpoint=`` ...) and
+    ``value`` is no ``http(s)://host[:port][/path]`` URL.
+
+    >>> _check_url_option("s3://b", "endpoint", "http//127.0.0.1:9000", "Dataset")
+    Traceback (most recent call last):
+    ...
+    ValueError: Dataset: endpoint='http//127.0.0.1:9000' is not a URL (expected http(s)://host[:port][/path])
+    """
+    scheme = scheme_of(url) or ""
+    low, prefix = key.lower(), _PREFIXES.get(scheme, "")
+    name = low[len(prefix) :] if prefix and low.startswith(prefix) else low
+    if name not in _URL_OPTIONS.get(scheme, ()):
+        return
+    ok = isinstance(value, str) and _URL_CHARS.fullmatch(value) is not None
+    if ok:
+        try:
+            parsed = urlparse(value)
+            ok = parsed.scheme.lower() in ("http", "https") and bool(parsed.hostname)
+            _ = parsed.port  # a port out of range, or not a number, raises
+        except ValueError:
+            ok = False
+    if not ok:
+        raise ValueError(
+            f"{owner}: {key}={value!r} is not a URL (expected http(s)://host[:port][/path])"
+        )
 
 
 def open_location(url: str | os.PathLike[str] | Any, **options: Any) -> Location:

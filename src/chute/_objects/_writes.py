@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chute._objects._errors import remote_error
+from chute._objects._errors import is_panic, remote_error
 from chute._objects._url import Location
 from chute._util.waiting import first_failure, wait_all
 from chute.errors import (
@@ -100,7 +100,9 @@ def _call(location: Location, key: str, fn: Callable[[], T]) -> T:
         return fn()
     except ChuteError:
         raise
-    except Exception as error:
+    except BaseException as error:  # obstore's errors, and a panic in its client
+        if not isinstance(error, Exception) and not is_panic(error):
+            raise
         raise remote_error(url_of(location, key), error) from error
 
 
