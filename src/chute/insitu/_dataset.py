@@ -12,6 +12,7 @@ import threading
 import time
 import weakref
 from collections.abc import Generator, Mapping, Sequence
+from concurrent.futures import CancelledError
 from dataclasses import asdict, replace
 from typing import Any, Literal
 
@@ -31,12 +32,19 @@ from ._options import InSituOptions, archive_stamp, check_keywords, identity_of
 from ._plan import OrderSpec, SlabUse, sample_order, slab_use, working_set
 from ._pool import ChunkPool
 from ._report import limiting_stage
-from ._scheduler import END, Engine, PassPlan
+from ._scheduler import CLOSED_DURING_PASS, END, Engine, PassPlan
+from ._setup import as_manifest, check_geometries, default_block_chunks
 from ._shared import SharedChunks
 from ._split import SplitManifest
 from ._state import LAYOUT, order_fields, snapshot_hint
 from ._store import CountingStore, StoreLike, open_store, session_of, store_name
-from ._transforms import Batch, BatchTransform, ChunkTransform
+from ._transforms import (
+    Batch,
+    BatchTransform,
+    ChunkTransform,
+    run_batch_transform,
+    run_chunk_transform,
+)
 from ._view import VIEWS, InSituConfig, PassIterator, Prepare, SplitView, next_item
 
 REMOTE_INFLIGHT_BYTES = 64 << 20  # bytes in flight that hide object-store latency
@@ -140,10 +148,11 @@ class InSituDataset(Closing):
                 "or snapshot_id=...)): a writable one can change under the loader"
             )
         self.snapshot_id: str | None = None if session is None else str(session.snapshot_id)
-        self.manifest = _as_manifest(manifest)
+        self.manifest = as_manifest(manifest)
         self.store = CountingStore(open_store(url, **o.store_options))
         name = store_name(url)
-        self.geometries = self._check_geometries(
+        self.geometries = check_geometries(
+            self.manifest,
             dict(geometries) if geometries is not None else read_geometries(self.store, name),
             explicit=geometries is not None,
         )
@@ -157,7 +166,7 @@ class InSituDataset(Closing):
             g.sample_nbytes for g in self.geometries.values()
         )
         if block_chunks is None:
-            block_chunks = _default_block_chunks(
+            block_chunks = default_block_chunks(
                 cores, max_inflight, batch_size, self.manifest.sample_chunk_size
             )
             if cache_budget_bytes is not None:
@@ -245,7 +254,7 @@ class InSituDataset(Closing):
 
         Refused while a pass is open: close or finish its iterator first.
         """
-        epoch = check_int("epoch", epoch)
+        epoch = check_int("epoch", epoch, maximum=2**64 - 1)  # the order's counter
         self._refuse_if_open("set_epoch()")
         self._epoch = epoch
         self._positions = dict.fromkeys(VIEWS, 0)
@@ -452,13 +461,19 @@ class InSituDataset(Closing):
         try:
             while True:
                 waited = time.perf_counter()
-                item = next_item(out, future)
+                try:
+                    item = next_item(out, future)
+                    if not isinstance(item, BaseException) and item is not END:
+                        loop.call_soon_threadsafe(credits.release)
+                except (RuntimeError, CancelledError):
+                    if self._engine.closed:  # by close() from another thread
+                        raise RuntimeError(CLOSED_DURING_PASS) from None
+                    raise
                 self._consumer_wait += time.perf_counter() - waited
                 if item is END:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                loop.call_soon_threadsafe(credits.release)
                 planned, batch = item
                 self._positions[view] = planned + 1  # past any batch a skipped chunk emptied
                 yield batch
@@ -496,11 +511,11 @@ class InSituDataset(Closing):
         for name, g in self.geometries.items():
             chunk = np.zeros((0, *g.sample_shape), dtype=g.dtype)
             for t in self._engine.chunk_transforms:
-                chunk = t(name, chunk)
+                chunk = run_chunk_transform(t, name, chunk)
             batch[name] = chunk
         batch["sample_indices"] = np.zeros(0, dtype=np.int64)
         for bt in self._engine.batch_transforms:
-            batch = Batch(bt(batch))
+            batch = run_batch_transform(bt, batch)
         return {k: ((None, *np.shape(v)[1:]), np.asarray(v).dtype) for k, v in batch.items()}
 
     def print_summary(self) -> None:
@@ -551,46 +566,3 @@ class InSituDataset(Closing):
     def close(self) -> None:
         """Stop the engine and release the pool."""
         self._finalizer()
-
-    def _check_geometries(
-        self, geometries: dict[str, ArrayGeometry], explicit: bool
-    ) -> dict[str, ArrayGeometry]:
-        """The variables to read: every one given must fit the manifest; of those found
-        in the group, the ones that do not (coordinates, other lengths) are left out."""
-        m = self.manifest
-        unfit = {
-            n: f"{g.n_samples} samples on axis {g.sample_axis}"
-            for n, g in geometries.items()
-            if g.n_samples != m.n_samples
-        }
-        if explicit and unfit:
-            raise ValueError(
-                f"variables {unfit} do not have the manifest's {m.n_samples} samples on their "
-                "sample axis; open their geometries with the right sample_axis= or leave them out"
-            )
-        chosen = {n: g for n, g in geometries.items() if n not in unfit}
-        if not chosen:
-            raise ValueError(
-                f"no variable has the manifest's {m.n_samples} samples on its sample axis "
-                f"(have { ({n: g.n_samples for n, g in geometries.items()}) })"
-            )
-        return chosen
-
-
-def _default_block_chunks(cores: int, max_inflight: int, batch_size: int, chunk: int) -> int:
-    """The shuffle window, in chunks: four per core, so the pool (about two windows) grows
-    with the machine that decodes it; at least half the read budget, so the reads of the
-    next window keep ``max_inflight`` busy; and at least two batches, so a batch draws from
-    a window's worth of chunks. The first batch waits only for its own chunks (see
-    ``sample_order``), whatever the window."""
-    return max(4 * cores, math.ceil(max_inflight / 2), 2 * math.ceil(batch_size / chunk))
-
-
-def _as_manifest(
-    manifest: SplitManifest | Mapping[str, Any] | str | os.PathLike[str],
-) -> SplitManifest:
-    if isinstance(manifest, SplitManifest):
-        return manifest
-    if isinstance(manifest, Mapping):
-        return SplitManifest.from_dict(dict(manifest))
-    return SplitManifest.from_json(manifest)

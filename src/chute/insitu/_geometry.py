@@ -201,7 +201,7 @@ def _check_axis(sample_axis: int) -> None:
 
 def open_geometries(
     url: StoreLike,
-    variables: list[str] | None = None,
+    variables: list[str] | str | None = None,
     *,
     sample_axis: int = 0,
     **store_kwargs: Any,
@@ -210,7 +210,8 @@ def open_geometries(
 
     ``url`` is a group (every array with a ``sample_axis``, or just ``variables``) or a
     single array, named after the last part of its path (``"store.zarr/t2m"`` gives
-    ``{"t2m": ...}``). Zarr v2 arrays are read too. Only metadata is read.
+    ``{"t2m": ...}``). ``variables`` is a list of names or one name. Zarr v2 arrays are
+    read too. Only metadata is read.
 
     >>> import tempfile, zarr
     >>> path = tempfile.mkdtemp() + "/weather.zarr"
@@ -223,5 +224,9 @@ def open_geometries(
     """
     _check_axis(sample_axis)
     check_options(url, store_kwargs, "open_geometries", ["variables", "sample_axis"])
+    if isinstance(variables, str):  # one name, not its letters
+        variables = [variables]
+    elif variables is not None and not all(isinstance(v, str) for v in variables):
+        raise TypeError(f"variables must be a name or a list of names, got {variables!r}")
     store = CountingStore(open_store(url, **store_kwargs))  # local files: one safe rule
     return run_sync(_open_geometries(store, variables, sample_axis, store_name(url)))

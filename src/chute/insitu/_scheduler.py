@@ -32,9 +32,16 @@ from ._plan import SlabUse
 from ._pool import ChunkPool, Slab, SlabKey
 from ._reader import OnBadChunk, SlabReader
 from ._shared import SharedChunks
-from ._transforms import Batch, BatchTransform, ChunkTransform
+from ._transforms import (
+    Batch,
+    BatchTransform,
+    ChunkTransform,
+    run_batch_transform,
+    run_chunk_transform,
+)
 
 END = object()  # end-of-pass marker on the batch queue
+CLOSED_DURING_PASS = "the dataset was closed during this pass"
 
 
 Stage = Literal["decode", "queue", "transform", "gather", "slab_wait", "admit_wait"]
@@ -301,13 +308,7 @@ class Engine:
     def _transform(self, name: str, data: np.ndarray) -> np.ndarray:
         start = time.perf_counter()
         for t in self.chunk_transforms:
-            out = t(name, data)
-            if out.shape != data.shape:
-                raise ValueError(
-                    f"chunk transform {t!r} changed the shape of {name!r} "
-                    f"from {data.shape} to {out.shape}"
-                )
-            data = out
+            data = run_chunk_transform(t, name, data)
         self.times.add("transform", time.perf_counter() - start)
         return data
 
@@ -382,7 +383,7 @@ class Engine:
                     credits.release()
             out.put(END)
         except asyncio.CancelledError:
-            out.put(RuntimeError("the dataset was closed during this pass"))
+            out.put(RuntimeError(CLOSED_DURING_PASS))
             raise
         except Exception as exc:
             out.put(exc)
@@ -477,8 +478,7 @@ class Engine:
         offsets = {n: d for n, d in zip(names, shifts, strict=True) if d}
         batch.read_offsets = offsets
         for t in self.batch_transforms:
-            changed = t(batch)
-            batch = changed if isinstance(changed, Batch) else Batch(changed)
+            batch = run_batch_transform(t, batch)
             batch.read_offsets = offsets
         if prepare is not None:
             for key, value in batch.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import time
@@ -16,7 +17,7 @@ from zarr.storage import ObjectStore, WrapperStore
 
 from chute._objects import open_location
 
-from ._files import archive_files
+from ._files import METADATA_NAMES, ArchiveFiles, archive_files
 
 StoreLike = str | os.PathLike[str] | Store | Any
 """A URL or path, a zarr ``Store``, or an Icechunk ``Session`` (its store is read)."""
@@ -95,6 +96,8 @@ class CountingStore(WrapperStore[Store]):
             out = None if data is None else prototype.buffer.from_bytes(data)
         else:
             out = await self._store.get(key, prototype, byte_range)
+        if out is not None and byte_range is None and key.rsplit("/", 1)[-1] in METADATA_NAMES:
+            _check_json(key, out.to_bytes(), self.files)
         self.record(key, 0 if out is None else len(out), time.perf_counter() - start)
         return out
 
@@ -108,3 +111,13 @@ class CountingStore(WrapperStore[Store]):
             self.gets[key] += 1
             self.bytes_read += nbytes
             self.seconds += seconds
+
+
+def _check_json(key: str, data: bytes, files: ArchiveFiles | None) -> None:
+    """A metadata document that is not JSON is an error naming it (zarr's own names
+    neither the file nor the array)."""
+    try:
+        json.loads(data)
+    except ValueError as exc:
+        where = key if files is None else os.path.join(files.root, key)
+        raise ValueError(f"the Zarr metadata document {where} is damaged: {exc}") from None

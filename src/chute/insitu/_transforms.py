@@ -194,3 +194,31 @@ class StandardScaler:
             mean[name] = mu
             std[name] = max(float(np.sqrt(max(total_sq / count - mu * mu, 0.0))), 1e-12)
         return cls(mean=mean, std=std)
+
+
+def run_chunk_transform(t: ChunkTransform, name: str, data: np.ndarray) -> np.ndarray:
+    """``t(name, data)``, checked: an array of ``data``'s shape (the dtype may change)."""
+    out = t(name, data)
+    if not isinstance(out, np.ndarray):
+        raise TypeError(
+            f"chunk transform {t!r} returned {type(out).__name__} for variable {name!r}, "
+            "not a numpy array: return the (transformed) chunk"
+        )
+    if out.shape != data.shape:
+        raise ValueError(
+            f"chunk transform {t!r} changed the shape of {name!r} from {data.shape} to {out.shape}"
+        )
+    return out
+
+
+def run_batch_transform(t: BatchTransform, batch: Batch) -> Batch:
+    """``t(batch)``, checked: a mapping of keys to arrays, made a `Batch`."""
+    out = t(batch)
+    if isinstance(out, Batch):
+        return out
+    if not isinstance(out, Mapping):
+        raise TypeError(
+            f"batch transform {t!r} returned {type(out).__name__}, not a dict of arrays: "
+            "return the (transformed) batch"
+        )
+    return Batch(out)
