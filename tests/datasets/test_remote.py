@@ -65,6 +65,24 @@ def test_opening_ten_thousand_shards_costs_three_requests(tmp_path: Path, s3_ser
         ds.close()
 
 
+def test_a_shard_that_fails_to_open_in_a_batch_is_asked_for_once(
+    tmp_path: Path, s3_server: str
+) -> None:
+    """A batch across shards raises the first failure to open one: the per-shard path did
+    not open the same shards again (a second full retry budget: twice the documented
+    bound, against a server that hangs)."""
+    chute.write_dataset(tmp_path / "d", np.arange(40), shard_records=10).close()
+    url, options = to_s3(tmp_path / "d", s3_server)
+    meta = "part-00003.zr/meta.zr"
+    with FaultProxy(s3_server) as proxy:
+        proxy.fault = lambda method, path: "403" if path.endswith(meta) else None
+        ds = Dataset(url, **{**options, "endpoint": proxy.endpoint})
+        with pytest.raises(RemoteError, match=r"denied.*opening the shards of record 5"):
+            ds[[5, 35]]
+        assert proxy.count("GET", meta) == 1
+        ds.close()
+
+
 def test_an_overwrite_is_noticed_when_a_shard_opens(tmp_path: Path, s3_server: str) -> None:
     chute.write_dataset(tmp_path / "d", np.arange(30), shard_records=10).close()
     url, options = to_s3(tmp_path / "d", s3_server)

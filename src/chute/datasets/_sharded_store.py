@@ -464,7 +464,10 @@ class ShardedStore(Closing):
         which = np.empty(idx.size, np.int32)  # each index's shard, as its place in `views`
         local = np.empty(idx.size, np.int64)
         numbers = shard_split(self._starts, idx, which, local)
-        views = self._views(numbers)
+        try:  # raised here: the per-shard path would open them again, on a second budget
+            views = self._views(numbers)
+        except RemoteError as e:
+            raise in_batch(e, f"opening the shards of record {int(idx[0])}") from None
         if views is None:
             return False
         wheres = [view.where for view in views]
@@ -488,10 +491,7 @@ class ShardedStore(Closing):
         views = [placed[s] for s in numbers]
         if None not in views:
             return cast(list[InPlace], views)
-        try:
-            self._open_shards(numbers)
-        except RemoteError:
-            return None  # the per-shard path names the read that met it
+        self._open_shards(numbers)
         for s in numbers:
             if placed[s] is None:
                 view = self.shard(s).in_place()
