@@ -123,6 +123,26 @@ def test_an_overwrite_replaces_a_dataset_at_the_prefix_itself(
     assert chute.Dataset(f"{url}/v", **opts)[:].tolist() == [0, 10, 20, 30, 40]
 
 
+def test_a_conversion_in_object_storage_reopens_by_its_url(local_ray: None, s3_server: str) -> None:
+    """open_columns and read_dataset take the URL write_dataset wrote to, with the same
+    store options (they made it a local path: 'no converted dataset at s3:/...')."""
+    url, opts = f"s3://{new_bucket(s3_server)}/conv", options(s3_server)
+    chute.ray.write_dataset(url, _source(), shard_records=25, **opts)
+    cols = chute.ray.open_columns(url, ["label", "tokens"], **opts)
+    assert np.array_equal(cols["label"][:], LABELS) and np.array_equal(cols["tokens"][7], TOKENS[7])
+    rows = chute.ray.read_dataset(url, ["index", "image"], override_num_blocks=3, **opts)
+    got = rows.take_all()
+    assert [int(r["index"]) for r in got] == list(range(N))
+    assert all(np.array_equal(r["image"], IMAGES[i]) for i, r in enumerate(got))
+    with pytest.raises(TypeError, match="did you mean 'region'"):
+        chute.ray.open_columns(url, regoin="x", **opts)
+    with pytest.raises(chute.errors.RemoteNotFoundError, match="no converted dataset"):
+        chute.ray.open_columns(f"{url}-nothing", **opts)
+    obstore.delete(store_of(url, s3_server), "columns.json")
+    with pytest.raises(chute.IncompleteDatasetError, match="did not finish"):
+        chute.ray.open_columns(url, **opts)
+
+
 def test_a_retried_task_leaves_no_shard_unnamed(
     local_ray: None, s3_server: str, tmp_path: Path
 ) -> None:

@@ -18,7 +18,14 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chute._objects import check_options, is_remote_url, open_location
+from chute._objects import (
+    check_options,
+    is_option,
+    is_remote_url,
+    local_path,
+    open_location,
+    reads_remotely,
+)
 from chute._util.renamed import legacy_arguments
 from chute.datasets import Dataset, RaggedDataset, is_sharded
 from chute.datasets._internal import DATASET_LOCK, check_sharding, clear, writer_lock
@@ -74,7 +81,9 @@ def write_dataset(
     store), with ``store_options`` as `chute.write_dataset` takes them: each task stages its
     shards locally and uploads them, the driver commits the manifests last, and the old
     conversion there stays readable until then (see docs/scale.md); ``break_lock=True``
-    takes over the lock of a conversion you know is dead. It returns ``None`` then.
+    takes over the lock of a conversion you know is dead. The columns it returns are opened
+    by URL, with the same ``store_options`` (`open_columns` and `read_dataset` reopen them
+    so).
 
     Skipped as a doctest: it starts a Ray cluster (``tests/ray`` runs it on a local one).
 
@@ -111,7 +120,7 @@ def write_dataset(
             options.preserve_order = keep
 
     if not isinstance(path, (str, os.PathLike)) or is_remote_url(path):
-        from chute.ray._remote import convert_to_url, open_url_columns
+        from chute.ray._remote import convert_to_url
 
         if isinstance(path, (str, os.PathLike)):
             check_options(os.fspath(path), store_options, "write_dataset", _KEYWORDS)
@@ -120,7 +129,7 @@ def write_dataset(
             location, ray_ds, columns=columns, codec=codec, shard_records=shard_records,
             ragged=frozenset(ragged), overwrite=overwrite, run=run, break_lock=break_lock,
         )  # fmt: skip
-        return open_url_columns(location, store_options)
+        return open_columns(path, **store_options)
     check_options(os.fspath(path), store_options, "write_dataset", _KEYWORDS)
     if break_lock:
         raise ValueError("break_lock= is for a conversion into object storage")
@@ -168,6 +177,10 @@ def read_dataset(
 ) -> Any:
     """A converted dataset as a ``ray.data.Dataset``, in the dataset's row order.
 
+    ``path`` is a folder or a URL (``s3://`` ...) as `write_dataset` takes it; of
+    ``read_args``, the options of that URL's store (``region=``, ``endpoint=`` ...) go to the
+    store (every read task opens the columns with them), the rest to Ray (below).
+
     Each read task is one contiguous range of record indices (``override_num_blocks`` of
     them; by default one a 64 MiB block of decoded records and at least one a CPU of the
     cluster: each task opens every shard it reads); ``read_args``
@@ -186,7 +199,10 @@ def read_dataset(
 
     from chute.ray._source import ChuteDatasource
 
-    source = ChuteDatasource(Path(path), columns)
+    store_options = {k: v for k, v in read_args.items() if is_option(path, k)}
+    read_args = {k: v for k, v in read_args.items() if k not in store_options}
+    where = path if reads_remotely(path) else Path(local_path(path))
+    source = ChuteDatasource(where, columns, store_options)
     if override_num_blocks is None:
         cpus = int(ray.cluster_resources().get("CPU", 1)) if ray.is_initialized() else 1  # type: ignore[no-untyped-call]
         override_num_blocks = source.fitting_tasks(cpus)

@@ -27,6 +27,17 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from chute._objects import (
+    Location,
+    check_options,
+    list_dir,
+    local_path,
+    open_location,
+    read_object,
+    reads_remotely,
+    sub_location,
+    url_of,
+)
 from chute._util.fs import held_lock, write_file_atomic
 from chute._util.renamed import legacy_arguments
 from chute._util.safe_open import read_regular
@@ -36,6 +47,7 @@ from chute.errors import (
     ColumnTypeError,
     CorruptStoreError,
     IncompleteDatasetError,
+    RemoteNotFoundError,
     StoreNotFoundError,
 )
 
@@ -46,6 +58,8 @@ LOCK_FILE: Final = "columns.lock"
 FORMAT: Final = "chute-columns"
 VERSION: Final = 1
 STAGING: Final = ".staging"
+#: open_columns' own keywords, named when a store option is misspelt.
+_KEYWORDS = ("columns", "verify", "num_threads")
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 
 
@@ -98,19 +112,43 @@ def write_columns(path: Path, columns: list[tuple[str, str]], records: int) -> N
     write_file_atomic(path / COLUMNS_FILE, columns_bytes(columns, records))
 
 
-def read_columns(path: str | os.PathLike[str]) -> tuple[list[tuple[str, str]], int]:
-    """The ``(name, kind)`` columns and the record count of a converted dataset."""
-    path = Path(path)
-    file = path / COLUMNS_FILE
+def read_columns(path: Any, **store_options: Any) -> tuple[list[tuple[str, str]], int]:
+    """The ``(name, kind)`` columns and the record count of a converted dataset: a folder,
+    or a URL (``s3://`` ..., with ``store_options``) or obstore store."""
+    return _read_at(_where(path, store_options, "read_columns"))
+
+
+def _where(path: Any, store_options: dict[str, Any], owner: str) -> Path | Location:
+    """The folder, or the `Location` in object storage, ``path`` names (options checked)."""
+    if isinstance(path, (str, os.PathLike)):
+        check_options(os.fspath(path), store_options, owner, _KEYWORDS)
+        if not reads_remotely(path):
+            return Path(local_path(path))
+    return open_location(path, **store_options)
+
+
+def _read_at(where: Path | Location) -> tuple[list[tuple[str, str]], int]:
+    if isinstance(where, Location):
+        file = url_of(where, COLUMNS_FILE)
+        stored = read_object(where, COLUMNS_FILE, MAX_COLUMNS_BYTES)
+        if stored is None:
+            folders, files = list_dir(where)
+            if folders or any(name != LOCK_FILE for name in files):
+                raise IncompleteDatasetError(
+                    f"{where.url} has no {COLUMNS_FILE}: its conversion did not finish"
+                )
+            raise RemoteNotFoundError(f"no converted dataset at {where.url}: no {file}")
+        return parse_columns(stored.data, file)
+    file_path = where / COLUMNS_FILE
     try:
-        raw = read_regular(file, path, MAX_COLUMNS_BYTES)
+        raw = read_regular(file_path, where, MAX_COLUMNS_BYTES)
     except FileNotFoundError:
-        if path.is_dir() and any(path.iterdir()):
+        if where.is_dir() and any(where.iterdir()):
             raise IncompleteDatasetError(
-                f"{path} has no {COLUMNS_FILE}: its conversion did not finish"
+                f"{where} has no {COLUMNS_FILE}: its conversion did not finish"
             ) from None
-        raise StoreNotFoundError(f"no converted dataset at {path}: no {COLUMNS_FILE}") from None
-    return parse_columns(raw, str(file))
+        raise StoreNotFoundError(f"no converted dataset at {where}: no {COLUMNS_FILE}") from None
+    return parse_columns(raw, str(file_path))
 
 
 def parse_columns(raw: bytes, file: str) -> tuple[list[tuple[str, str]], int]:
@@ -133,13 +171,18 @@ def parse_columns(raw: bytes, file: str) -> tuple[list[tuple[str, str]], int]:
 
 @legacy_arguments(renamed={"threads": "num_threads"})
 def open_columns(
-    path: str | os.PathLike[str],
+    path: Any,
     columns: list[str] | None = None,
     *,
     verify: bool = False,
     num_threads: int | None = None,
+    **store_options: Any,
 ) -> dict[str, Dataset | RaggedDataset]:
     """A converted dataset's columns opened with chute, ready as `chute.DataLoader` streams.
+
+    ``path`` is a folder, or a URL (``s3://``, ``gs://``, ``az://`` ..., with
+    ``store_options`` as `chute.Dataset` takes them) or an obstore store: each column opens
+    as a `chute.Dataset` or `chute.RaggedDataset` of ``path/<column>``.
 
     >>> import tempfile, numpy as np, chute
     >>> from chute.ray._layout import write_columns
@@ -149,19 +192,41 @@ def open_columns(
     >>> open_columns(root)["label"][:].tolist()
     [0, 1, 2]
     """
-    path = Path(path)
-    kinds, records = read_columns(path)
+    where = _where(path, store_options, "open_columns")
+    kinds, records = _read_at(where)
     known = dict(kinds)
     names = [name for name, _ in kinds] if columns is None else list(columns)
     unknown = [name for name in names if name not in known]
     if unknown:
-        raise KeyError(f"{path} has no columns {unknown}; it has {list(known)}")
+        raise KeyError(f"{_shown(where)} has no columns {unknown}; it has {list(known)}")
     opened: dict[str, Dataset | RaggedDataset] = {}
-    for name in names:
-        view = Dataset if known[name] == "fixed" else RaggedDataset
-        opened[name] = view(path / name, verify=verify, num_threads=num_threads)
-        if len(opened[name]) != records:
-            raise CorruptStoreError(
-                f"{path / name} holds {len(opened[name])} records; {COLUMNS_FILE} says {records}"
+    try:
+        for name in names:
+            view = Dataset if known[name] == "fixed" else RaggedDataset
+            opened[name] = view(
+                _column(where, name), verify=verify, num_threads=num_threads, **store_options
             )
+            if len(opened[name]) != records:
+                raise CorruptStoreError(
+                    f"{_shown(where)}/{name} holds {len(opened[name])} records; "
+                    f"{COLUMNS_FILE} says {records}"
+                )
+    except BaseException:
+        for ds in opened.values():
+            ds.close()
+        raise
     return opened
+
+
+def _shown(where: Path | Location) -> str:
+    return where.url.rstrip("/") if isinstance(where, Location) else str(where)
+
+
+def _column(where: Path | Location, name: str) -> Any:
+    """What `chute.Dataset` opens for column ``name``: its folder, its URL, or (under a
+    store instance) the store rooted at it."""
+    if not isinstance(where, Location):
+        return where / name
+    if where.scheme == "memory":
+        return sub_location(where, name).store
+    return url_of(where, name)

@@ -37,11 +37,8 @@ from chute._objects import (
     list_dir,
     put_always,
     put_object,
-    read_object,
     sub_location,
-    url_of,
 )
-from chute.datasets import Dataset, RaggedDataset
 from chute.datasets._internal import (
     MANIFEST_FILE,
     Found,
@@ -53,13 +50,11 @@ from chute.datasets._internal import (
     remove_unnamed,
     survey,
 )
-from chute.errors import CorruptStoreError, RemoteError, RemoteNotFoundError
+from chute.errors import RemoteError
 from chute.ray._layout import (
     COLUMNS_FILE,
     LOCK_FILE,
-    MAX_COLUMNS_BYTES,
     columns_bytes,
-    parse_columns,
 )
 from chute.ray._sink import TASK_SHARDS, ChuteDatasink, Remote
 from chute.store._internal import is_store_file
@@ -163,25 +158,3 @@ def _remove_from(location: Location, base: int) -> None:
         folder = sub_location(location, name)
         ours = [f for f in list_dir(folder)[0] if next_shard_number([f]) > base]  # >= base
         delete_keys(folder, keys_in(folder, ours))
-
-
-def open_url_columns(
-    location: Location, store_options: dict[str, Any]
-) -> dict[str, Dataset | RaggedDataset]:
-    """A conversion's columns in object storage, each opened by its URL with ``store_options``
-    (as `chute.ray.open_columns` opens a local one)."""
-    where = url_of(location, COLUMNS_FILE)
-    stored = read_object(location, COLUMNS_FILE, MAX_COLUMNS_BYTES)
-    if stored is None:
-        raise RemoteNotFoundError(f"no converted dataset at {location.url}: no {where}")
-    kinds, records = parse_columns(stored.data, where)
-    opened: dict[str, Dataset | RaggedDataset] = {}
-    for name, kind in kinds:
-        view = Dataset if kind == "fixed" else RaggedDataset
-        opened[name] = view(url_of(location, name), **store_options)
-        if len(opened[name]) != records:
-            column = url_of(location, name)
-            raise CorruptStoreError(
-                f"{column} holds {len(opened[name])} records; {where} says {records}"
-            )
-    return opened

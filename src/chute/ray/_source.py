@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,11 +28,12 @@ BLOCK_BYTES = 64 << 20
 class ChuteDatasource(Datasource):  # type: ignore[misc]
     """The columns of a converted dataset (see `chute.ray`) as a Ray Datasource."""
 
-    def __init__(self, path: Path, columns: list[str] | None) -> None:
+    def __init__(self, path: Any, columns: list[str] | None, store_options: dict[str, Any]) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        self.path = path
-        self.records = read_columns(path)[1]
-        opened = open_columns(path, columns)  # checks names and lengths up front
+        self.path = path  # a folder, or a URL the tasks open with ``store_options``
+        self.store_options = store_options
+        self.records = read_columns(path, **store_options)[1]
+        opened = open_columns(path, columns, **store_options)  # names, lengths checked now
         self.columns = list(opened)
         self.row_bytes = 0
         for ds in opened.values():
@@ -67,7 +67,9 @@ class ChuteDatasource(Datasource):  # type: ignore[misc]
         tasks = []
         for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
             if b > a or self.records == 0:
-                read = functools.partial(_read_range, self.path, self.columns, a, b, rows_per_block)
+                read = functools.partial(
+                    _read_range, self.path, self.store_options, self.columns, a, b, rows_per_block
+                )
                 meta = BlockMetadata(
                     num_rows=b - a,
                     size_bytes=(b - a) * self.row_bytes,
@@ -79,9 +81,14 @@ class ChuteDatasource(Datasource):  # type: ignore[misc]
 
 
 def _read_range(
-    path: Path, columns: list[str], start: int, stop: int, rows_per_block: int
+    path: Any,
+    store_options: dict[str, Any],
+    columns: list[str],
+    start: int,
+    stop: int,
+    rows_per_block: int,
 ) -> Iterator[Block]:
-    opened = open_columns(path, columns)
+    opened = open_columns(path, columns, **store_options)
     try:
         for a in range(start, stop, rows_per_block):
             b = min(a + rows_per_block, stop)
