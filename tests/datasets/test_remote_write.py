@@ -81,6 +81,19 @@ def test_memory_store_round_trip_of_each_writer(tmp_path: Path) -> None:
     assert folders(fixed) == {"dataset.json", *(f"part-{i:05d}.zr" for i in range(4))}
 
 
+def test_a_write_to_a_url_returns_the_dataset_opened_by_that_url(s3_server: str) -> None:
+    """As the docstrings now say (they said the writers to a URL return None)."""
+    import pickle
+
+    url, opts = f"s3://{new_bucket(s3_server)}/d", options(s3_server)
+    ds = chute.write_dataset(url, ROWS, shard_records=8, **opts)
+    assert isinstance(ds, chute.Dataset) and np.array_equal(pickle.loads(pickle.dumps(ds))[:], ROWS)
+    rs = chute.write_ragged(f"{url}-r", SEQS, shard_records=5, **opts)
+    assert isinstance(rs, chute.RaggedDataset) and _ragged_rows(rs) == [s.tolist() for s in SEQS]
+    grown = chute.append_dataset(url, ROWS[:2], **opts)
+    assert isinstance(grown, chute.Dataset) and len(grown) == len(ROWS) + 2
+
+
 def test_s3_write_is_the_local_layout_byte_for_byte(
     url: str, s3_server: str, tmp_path: Path
 ) -> None:

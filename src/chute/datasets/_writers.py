@@ -142,7 +142,9 @@ def write_dataset(
     ``endpoint=``, credentials ...) go to the store, as `chute.Dataset` takes them; a
     misspelt one is a ``TypeError`` naming the nearest. One writer at a time: a second is
     refused (`StoreLockedError`) where the store has conditional writes; ``break_lock=True``
-    takes over the lock of a writer you know is dead. A write to a URL returns ``None``.
+    takes over the lock of a writer you know is dead. A write to a URL returns the dataset
+    opened by that URL with the same ``store_options`` (it pickles as them, as a
+    `chute.Dataset` of a URL does).
 
     A list or tuple of ``bytes`` (``bytearray``, ``memoryview``) is stored byte for byte as
     variable-length records (`write_ragged` of ``uint8`` records): the call returns a
