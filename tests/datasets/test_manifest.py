@@ -4,10 +4,13 @@ exhaust memory runs in a child process with a timeout and a memory cap."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +24,7 @@ from chute import (
     write_dataset,
 )
 from chute.datasets import Manifest
+from chute.datasets._sharded_manifest import checksum_of
 from tests.store.isolate import OK, WRONG_DATA, run_isolated
 
 ROWS = np.arange(20 * 3, dtype=np.int32).reshape(20, 3)
@@ -121,3 +125,65 @@ def test_a_malformed_manifest_is_an_error_naming_it(tmp_path: Path, damage: str)
             call()
         expected = CorruptStoreError if damage == "nested" else UnsafeFileError
         assert isinstance(caught.value, expected)
+
+
+def _edited(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Change dataset.json's fields and write it back with its checksum recomputed (as a
+    hand edit the format allows), so only the edited values can be refused."""
+    doc = json.loads((path / "dataset.json").read_text())
+    doc.pop("checksum")
+    edit(doc)
+    doc["checksum"] = checksum_of(doc)
+    (path / "dataset.json").write_text(json.dumps(doc))
+
+
+ARABIC = "part-\u0661\u0662\u0663\u0664\u0665.zr"  # digits int() reads, \\d matched
+
+
+@pytest.mark.parametrize(
+    ("keys", "value", "field"),
+    [
+        (("records",), 19.5, "'records' is 19.5"),
+        (("records",), "20", "'records' is '20'"),
+        (("shards", 1, "records"), 9.9, r"'shards\[1\]\.records' is 9.9"),
+        (("shards", 1, "records"), True, r"'shards\[1\]\.records' is True"),
+        (("shard_records",), 10.5, "'shard_records' is 10.5"),
+        (("shard_records",), False, "'shard_records' is False"),
+        (("version",), True, "manifest version True"),
+        (("version",), 1.0, "manifest version 1.0"),
+        (("shards", 1, "name"), ARABIC, "outside the part-NNNNN.zr layout"),
+        (("shards", 1, "name"), "part-00001.zr\n", "outside the part-NNNNN.zr layout"),
+        (("shards",), {"name": "part-00000.zr"}, "not a list"),
+        (("shards", 1, "name"), "part-00000.zr", r"\['part-00000.zr'\] more than once"),
+    ],
+)  # fmt: skip
+def test_a_manifest_field_of_the_wrong_type_is_damage_naming_it(
+    tmp_path: Path, keys: tuple[str | int, ...], value: Any, field: str
+) -> None:
+    """Integers are JSON integers (not a bool, a float or a string: int() truncated them,
+    and 9.5 records opened as 9), shard names ASCII part-NNNNN.zr, each named once."""
+    path = _sharded(tmp_path / "d")
+    if value == ARABIC:
+        os.rename(path / "part-00001.zr", path / ARABIC)
+
+    def edit(doc: dict[str, Any]) -> None:
+        target: Any = doc
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+
+    _edited(path, edit)
+    for call in (lambda: Dataset(path), lambda: append_dataset(path, ROWS)):
+        with pytest.raises(CorruptStoreError, match=field) as caught:
+            call()
+        assert "dataset.json" in str(caught.value)
+
+
+def test_a_shard_whose_schema_alone_is_gone_says_so(tmp_path: Path) -> None:
+    path = _sharded(tmp_path / "d")
+    (path / "part-00001.zr" / "schema.json").unlink()
+    with Dataset(path) as ds, pytest.raises(CorruptStoreError, match=r"schema\.json of shard"):
+        ds[15]
+    shutil.rmtree(path / "part-00001.zr")
+    with pytest.raises(CorruptStoreError, match=r"shards \['part-00001.zr'\] .* missing"):
+        Dataset(path)

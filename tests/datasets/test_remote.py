@@ -83,6 +83,20 @@ def test_a_shard_that_fails_to_open_in_a_batch_is_asked_for_once(
         ds.close()
 
 
+def test_a_shard_whose_schema_alone_is_gone_says_so(tmp_path: Path, s3_server: str) -> None:
+    chute.write_dataset(tmp_path / "d", np.arange(30), shard_records=10).close()
+    url, options = to_s3(tmp_path / "d", s3_server)
+    bucket = open_location(url, **options).store
+    obstore.delete(bucket, "part-00001.zr/schema.json")
+    ds = Dataset(url, **options)
+    with pytest.raises(CorruptStoreError, match=r"schema\.json of shard part-00001\.zr"):
+        ds[15]
+    obstore.delete(bucket, [m["path"] for b in obstore.list(bucket, "part-00002.zr") for m in b])
+    with pytest.raises(CorruptStoreError, match=r"shard part-00002\.zr of the manifest is"):
+        ds[25]
+    ds.close()
+
+
 def test_an_overwrite_is_noticed_when_a_shard_opens(tmp_path: Path, s3_server: str) -> None:
     chute.write_dataset(tmp_path / "d", np.arange(30), shard_records=10).close()
     url, options = to_s3(tmp_path / "d", s3_server)

@@ -172,6 +172,19 @@ def test_a_column_whose_type_changes_across_blocks_is_refused_whatever_the_group
     assert written["x"][:].tolist() == [big] * 40
 
 
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_a_string_column_is_refused_saying_so(local_ray: None, tmp_path: Path, blocks: int) -> None:
+    """Not a dtype-across-blocks or shape message: strings are not supported, said so."""
+    items = [{"s": "a", "n": 1}, {"s": "bbbb", "n": 2}, {"s": "", "n": 3}]
+    for rows in (items, [{"s": np.array(["x"] * (i + 1)), "n": i} for i in range(3)]):
+        ds = ray.data.from_items(rows, override_num_blocks=blocks)
+        with pytest.raises(chute.ray.ColumnTypeError, match="string columns are not supported"):
+            chute.ray.write_dataset(tmp_path / f"s{blocks}", ds, shard_records=1)
+    only = ray.data.from_items(items, override_num_blocks=blocks)
+    kept = chute.ray.write_dataset(tmp_path / f"n{blocks}", only, columns=["n"], shard_records=1)
+    assert kept["n"][:].tolist() == [1, 2, 3]
+
+
 def test_a_second_conversion_into_one_folder_is_refused_and_the_first_completes(
     local_ray: None, tmp_path: Path
 ) -> None:
@@ -286,3 +299,25 @@ def test_a_hostile_columns_file_is_an_error_naming_it(tmp_path: Path, kind: str)
     """)
     done = subprocess.run([sys.executable, "-c", child], timeout=60, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("records", "5"), ("records", True), ("records", 5.0), ("columns", [{"name": "x"}]),
+     ("columns", [{"name": "x", "kind": "weird"}]), ("columns", [{"name": "..", "kind": "fixed"}])],
+)  # fmt: skip
+def test_a_columns_file_of_wrong_types_is_damage_naming_it(
+    tmp_path: Path, field: str, value: Any
+) -> None:
+    import json
+
+    from chute.datasets._internal import checksum_of
+
+    chute.write_dataset(tmp_path / "x", np.arange(5), shard_records=4).close()
+    doc = {"format": "chute-columns", "version": 1, "records": 5,
+           "columns": [{"name": "x", "kind": "fixed"}]}  # fmt: skip
+    doc[field] = value
+    doc["checksum"] = checksum_of(doc)
+    (tmp_path / "columns.json").write_text(json.dumps(doc))
+    with pytest.raises(chute.CorruptStoreError, match=r"columns\.json"):
+        chute.ray.open_columns(tmp_path)

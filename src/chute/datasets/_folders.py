@@ -44,6 +44,7 @@ from chute.errors import (
 from chute.store import RecordStore
 from chute.store._internal import (
     GEN_FILE,
+    META_FILE,
     SCHEMA_FILE,
     Found,
     RemoteStore,
@@ -136,7 +137,14 @@ class LocalFolder:
                 f"{self._path} is another folder than this reader opened (one was renamed over "
                 "it): its shards belong to another dataset; reopen the dataset"
             )
-        if not RecordSchema.read(where).same_records(schema):
+        try:
+            own = RecordSchema.read(where)
+        except StoreNotFoundError:  # the shard gone since the manifest was read, or its schema
+            gone = f"shard {name} of the manifest is missing"
+            if (where / META_FILE).exists():
+                gone = f"{SCHEMA_FILE} of shard {name} is missing: the shard is damaged"
+            raise CorruptStoreError(f"{self._path}: {gone}") from None
+        if not own.same_records(schema):
             raise CorruptStoreError(f"{where}/schema.json disagrees with the dataset's manifest")
         return RecordStore(where, mode="r", verify=verify, num_threads=num_threads)
 
@@ -230,8 +238,11 @@ class RemoteFolder:
                     f"{self._url} was overwritten since this reader opened it (its shards may "
                     "hold another dataset now): reopen the dataset"
                 )
-            if schema_file is None:
-                raise CorruptStoreError(f"{where}: shard {name} of the manifest is missing")
+            if schema_file is None:  # the shard, or its schema.json alone (one HEAD says)
+                gone = f"shard {name} of the manifest is missing"
+                if self._reader.head_all([f"{name}/{META_FILE}"], missing_ok=True)[0]:
+                    gone = f"{SCHEMA_FILE} of shard {name} is missing: the shard is damaged"
+                raise CorruptStoreError(f"{where}: {gone}")
             parsed = RecordSchema.parse(schema_file[1], f"{where}/{SCHEMA_FILE}")
             if not parsed.same_records(schema):
                 raise CorruptStoreError(

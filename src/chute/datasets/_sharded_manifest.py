@@ -32,10 +32,11 @@ import json
 import os
 import re
 import shutil
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -57,7 +58,7 @@ MAX_MANIFEST_BYTES: Final = 64 << 20
 LOCK_FILE: Final = "dataset.lock"
 FORMAT: Final = "chute-sharded"
 VERSION: Final = 1
-_SHARD_NAME = re.compile(r"part-\d{5,}\.zr")
+_SHARD_NAME = re.compile(r"part-[0-9]{5,}\.zr")  # ASCII digits: int() reads others too
 
 
 def shard_name(i: int) -> str:
@@ -191,22 +192,28 @@ def parse_manifest(raw: bytes, file: str) -> Manifest:
         raise CorruptStoreError(f"{file} nests deeper than a manifest does") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CorruptStoreError(f"{file} is not a {FORMAT} manifest")
-    if doc.get("version") != VERSION:
+    version = doc.get("version")
+    if not _is_int(version) or version != VERSION:
         raise CorruptStoreError(
-            f"{file} has manifest version {doc.get('version')!r}; this chute reads {VERSION}"
+            f"{file} has manifest version {version!r}; this chute reads {VERSION}"
         )
     fields = {k: v for k, v in doc.items() if k != "checksum"}
     if doc.get("checksum") != checksum_of(fields):
         raise CorruptStoreError(f"{file} does not match its own checksum: the manifest is damaged")
-    try:
-        shards = tuple((str(s["name"]), int(s["records"])) for s in doc["shards"])
-        cap, total = int(doc["shard_records"]), int(doc["records"])
-        schema = RecordSchema.from_fields(doc["schema"], str(file))
-    except (KeyError, TypeError, ValueError) as e:
-        raise CorruptStoreError(f"{file} lacks or mangles a field: {e!r}") from None
+    cap = _int_field(doc, "shard_records", file)
+    total = _int_field(doc, "records", file)
+    listed = doc.get("shards")
+    if not isinstance(listed, list) or not all(isinstance(s, dict) for s in listed):
+        raise CorruptStoreError(f"{file}: 'shards' is not a list of objects")
+    shards = tuple(
+        (_name_field(s, f"shards[{k}].name", file), _int_field(s, "records", file, f"shards[{k}]."))
+        for k, s in enumerate(listed)
+    )
+    schema = RecordSchema.from_fields(doc.get("schema"), f"{file} 'schema'")
     names = [name for name, _ in shards]
-    if len(set(names)) != len(names) or not all(_SHARD_NAME.fullmatch(n) for n in names):
-        raise CorruptStoreError(f"{file} names shards outside the part-NNNNN.zr layout: {names}")
+    twice = sorted(name for name, n in Counter(names).items() if n > 1)
+    if twice:
+        raise CorruptStoreError(f"{file} names shards {twice} more than once")
     if not 1 <= cap <= MAX_RECORDS or any(not 0 <= n <= cap for _, n in shards):
         raise CorruptStoreError(f"{file}: shard lengths must lie in [0, {cap}] with 1 <= cap")
     manifest = Manifest(schema=schema, shard_records=cap, shards=shards)
@@ -215,6 +222,26 @@ def parse_manifest(raw: bytes, file: str) -> Manifest:
             f"{file} says {total} records but its shards add up to {manifest.records}"
         )
     return manifest
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int  # JSON's integers: not a bool, a float or a string of digits
+
+
+def _int_field(doc: dict[str, Any], key: str, file: str, where: str = "") -> int:
+    """``doc[key]``, an integer, else `CorruptStoreError` naming ``file`` and the field."""
+    value = doc.get(key)
+    if not _is_int(value):
+        raise CorruptStoreError(f"{file}: '{where}{key}' is {value!r}, not an integer")
+    return cast(int, value)
+
+
+def _name_field(doc: dict[str, Any], field: str, file: str) -> str:
+    """A shard's name, ``part-NNNNN.zr`` (ASCII digits, five or more)."""
+    name = doc.get("name")
+    if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name):
+        raise CorruptStoreError(f"{file}: '{field}' is {name!r}, outside the part-NNNNN.zr layout")
+    return name
 
 
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:

@@ -58,6 +58,7 @@ LOCK_FILE: Final = "columns.lock"
 FORMAT: Final = "chute-columns"
 VERSION: Final = 1
 STAGING: Final = ".staging"
+KINDS: Final = ("fixed", "ragged")
 #: open_columns' own keywords, named when a store option is misspelt.
 _KEYWORDS = ("columns", "verify", "num_threads")
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
@@ -165,8 +166,18 @@ def parse_columns(raw: bytes, file: str) -> tuple[list[tuple[str, str]], int]:
     fields = {k: v for k, v in doc.items() if k != "checksum"}
     if doc.get("checksum") != checksum_of(fields):
         raise CorruptStoreError(f"{file} does not match its own checksum: it is damaged")
-    columns = [(check_column_name(c["name"]), str(c["kind"])) for c in doc["columns"]]
-    return columns, int(doc["records"])
+    listed, records = doc.get("columns"), doc.get("records")
+    if type(records) is not int or records < 0:  # not a bool, a float or a string
+        raise CorruptStoreError(f"{file}: 'records' is {records!r}, not a count")
+    if not isinstance(listed, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("name"), str) and c.get("kind") in KINDS
+        for c in listed
+    ):
+        raise CorruptStoreError(f"{file}: 'columns' is not a list of names and kinds")
+    try:
+        return [(check_column_name(c["name"]), c["kind"]) for c in listed], records
+    except ValueError as e:
+        raise CorruptStoreError(f"{file}: {e}") from None
 
 
 @legacy_arguments(renamed={"threads": "num_threads"})

@@ -235,6 +235,7 @@ class _TaskWriter:
             raise KeyError(f"the Ray dataset has no columns {missing}; it has {list(batch)}")
         picked = {check_column_name(name): batch[name] for name in names}
         for name, values in picked.items():
+            _refuse_strings(name, values)
             kind = "ragged" if values.dtype == object or name in self.sink.ragged else "fixed"
             if self.kinds.setdefault(name, kind) != kind:
                 raise ColumnTypeError(
@@ -285,6 +286,23 @@ class _TaskWriter:
             self.schemas.setdefault(name, []).append(RecordSchema.read(part).to_fields())
             upload_folder(self.folders[name], part, remote.shard(self.task, len(self.shards)))
             shutil.rmtree(part)
+
+
+def _refuse_strings(name: str, values: npt.NDArray[Any]) -> None:
+    """A column of strings (numpy ``U``/``S``, or Python ``str``/``bytes`` objects) is a
+    `ColumnTypeError` saying so: their widths vary from block to block, and chute stores
+    numbers."""
+    kind = values.dtype.kind
+    if kind == "O":  # ragged rows: look at a few of them
+        kinds = {"S" if isinstance(v, (str, bytes)) else np.asarray(v).dtype.kind
+                 for v in values.reshape(-1)[:64]}  # fmt: skip
+        kind = "S" if kinds & set("US") else kind
+    if kind in "US":
+        raise ColumnTypeError(
+            f"column {name!r} holds strings: string columns are not supported; encode them "
+            "as numbers in the source (token ids, uint8 bytes) or leave the column out "
+            "(columns=[...])"
+        )
 
 
 def _concat(name: str, parts: list[Column], ragged: bool) -> Column:
