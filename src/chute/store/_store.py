@@ -35,6 +35,7 @@ from chute.errors import (
 )
 from chute.store import _format as fmt
 from chute.store import _read
+from chute.store._bytes import bytes_of, concat, record_lengths
 from chute.store._codec import sample_rows
 from chute.store._files import Snapshot, StoreFiles, empty_snapshot
 from chute.store._index import IndexLike, as_indices, flat_int64
@@ -471,10 +472,10 @@ class RecordStore(Closing):
         """Append records; returns the index of the first. A 2-D uint8 array is one per row."""
         self._check_writable()
         if isinstance(records, np.ndarray) and records.ndim == 2:
-            rows = _bytes_of(records).reshape(len(records), -1)
+            rows = bytes_of(records).reshape(len(records), -1)
             lengths = np.full(len(rows), rows.shape[1], np.uint64)
             return self.append_packed(rows.reshape(-1), lengths, codec)
-        data, lengths = _concat(records)
+        data, lengths = concat(records)
         return self.append_packed(data, lengths, codec)
 
     @_locked
@@ -487,14 +488,8 @@ class RecordStore(Closing):
         """Append records laid end to end in ``data``, record i being ``lengths[i]`` bytes."""
         writer = self._check_writable()
         c = self._codec if codec is None else fmt.parse_codec(codec)
-        flat = _bytes_of(data)
-        lens = np.asarray(lengths).reshape(-1)
-        if lens.size and (lens.dtype.kind not in "iu"):  # objects: ints past 64 bits
-            raise TypeError(f"record lengths must be integers of at most 1 MiB, got {lengths!r}")
-        if lens.size and int(lens.min()) < 0:
-            raise ValueError("record lengths must be non-negative")
-        fmt.check_record_bytes(lens)
-        lens = lens.astype(np.int64)
+        flat = bytes_of(data)
+        lens = record_lengths(lengths)
         if int(lens.sum()) != flat.size:
             raise ValueError(f"lengths add up to {int(lens.sum())} bytes, data has {flat.size}")
         if writer.length + lens.size > fmt.MAX_RECORDS:
@@ -546,11 +541,11 @@ class RecordStore(Closing):
         """
         writer = self._check_writable()
         if isinstance(samples, np.ndarray) and samples.ndim == 2:
-            rows = _bytes_of(samples).reshape(len(samples), -1)
+            rows = bytes_of(samples).reshape(len(samples), -1)
             pick = rows[sample_rows(len(rows), rows.shape[1], dict_size)]
             data, lens = pick.reshape(-1), np.full(len(pick), pick.shape[1], np.uint64)
         else:
-            data, lens = _concat(samples)
+            data, lens = concat(samples)
         return writer.train_dict(data, lens, dict_size)
 
     @_locked
@@ -587,24 +582,6 @@ class RecordStore(Closing):
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"{self._current().length} records"
         return f"RecordStore({str(self._path)!r}, mode={self._mode!r}, {state})"
-
-
-def _concat(
-    records: Iterable[bytes | bytearray | memoryview | npt.NDArray[Any]],
-) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint64]]:
-    """Lay byte-like records end to end; returns the bytes and each record's length."""
-    parts = [_bytes_of(r) if isinstance(r, np.ndarray) else np.frombuffer(r, np.uint8)
-             for r in records]  # fmt: skip
-    lengths = np.array([p.size for p in parts], np.uint64)
-    return (np.concatenate(parts) if parts else np.empty(0, np.uint8)), lengths
-
-
-def _bytes_of(array: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
-    """The bytes of a plain-data array, flat; an array of Python objects is refused (its
-    bytes are pointers, meaningless once stored)."""
-    if array.dtype.hasobject:
-        raise TypeError(f"dtype {array.dtype} holds Python objects; only plain data is stored")
-    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
 def _check_level(level: int | None) -> int | None:
