@@ -136,3 +136,23 @@ def test_a_leaf_already_on_the_device_is_waited_for_then_handed_over_as_is(
     if not consumer_is_default:
         producers.append(("wait_stream", "side", "consumer"))
     assert batches[:6] == [producers, [], producers, [], producers, []]
+
+
+def test_the_cpu_stage_names_the_key_torch_cannot_hold_and_copies_flipped_leaves() -> None:
+    from chute.frameworks import to_device
+
+    names = np.array([b"ab"] * 8, "S2")
+    streams = {"image": np.arange(8 * 9, dtype=np.uint8).reshape(8, 3, 3), "name": names}
+    loader = DataLoader(streams, batch_size=4, sampler="sequential")
+    with (
+        to_device(loader, "cpu") as dev,
+        pytest.raises(TypeError, match=r"batch key 'name'.*S2.*view it as uint8"),
+    ):
+        next(dev)
+    flip = DataLoader(
+        {"image": streams["image"]}, batch_size=4, sampler="sequential",
+        transform=lambda b: {"image": b["image"][:, :, ::-1]},
+    )  # fmt: skip
+    flipped = torch.from_numpy(streams["image"][:4, :, ::-1].copy())
+    with to_device(flip, "cpu") as dev:
+        assert torch.equal(next(dev)["image"], flipped)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -69,6 +70,59 @@ def test_arrays_dlpack_refuses_are_copied(convert: object) -> None:
     out = convert({"r": readonly, "s": swapped, "t": strided})  # type: ignore[operator]
     for key, ref in (("r", readonly), ("s", swapped), ("t", strided)):
         np.testing.assert_array_equal(np.asarray(out[key]), ref)
+
+
+def test_to_torch_copies_a_negative_stride_array_without_aborting() -> None:
+    # from_dlpack aborts the interpreter (c10::Error) on a negative stride: run in a child,
+    # so a signal fails the test instead of killing pytest.
+    code = (
+        "import numpy as np, chute; from chute.frameworks import to_torch, to_device\n"
+        "flip = lambda b: {'image': b['image'][:, :, ::-1]}\n"
+        "images = np.arange(128, dtype=np.uint8).reshape(8, 4, 4)\n"
+        "with chute.DataLoader({'image': images}, batch_size=4, sampler='sequential',"
+        " transform=flip) as dl:\n"
+        "    b = next(dl)\n"
+        "    t = to_torch(b)['image']\n"
+        "    assert b['image'].strides[-1] < 0 and t.data_ptr() != b['image'].ctypes.data\n"
+        "    assert (t.numpy() == images[:4, :, ::-1]).all()\n"
+        "    assert (to_torch(images[::-1, ::-1]).numpy() == images[::-1, ::-1]).all()\n"
+        "print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "ok"
+
+
+def test_to_torch_shares_only_memory_torch_may_write() -> None:
+    memory = bytes(8)
+    readonly = np.frombuffer(memory, np.uint8)
+    tensor = to_torch({"x": readonly})["x"]
+    assert tensor.data_ptr() != readonly.ctypes.data
+    tensor[0] = 42
+    assert memory == bytes(8)  # the immutable bytes object is untouched
+    unaligned = np.zeros(17, np.uint8)[1:].view(np.int32)
+    assert to_torch(unaligned).data_ptr() != unaligned.ctypes.data
+    views = np.arange(12.0).reshape(3, 4)[::2, 1:]  # positive strides: shared
+    assert to_torch(views).data_ptr() == views.ctypes.data
+
+
+@pytest.mark.parametrize(
+    ("array", "hint"),
+    [
+        (np.array([b"ab", b"cde"], "S5"), "view it as uint8"),
+        (np.array(["a", "bc"]), "decode it to str"),
+        (np.array(["2020-01-01"], "datetime64[D]"), "int64"),
+        (np.zeros(2, [("a", "i4"), ("b", "f4")]), "fields"),
+        (np.array([1, "a"], object), "numeric"),
+        (np.zeros(2, np.longdouble), "numeric"),
+    ],
+)
+def test_to_torch_names_the_key_of_a_dtype_torch_cannot_hold(array: np.ndarray, hint: str) -> None:
+    if array.dtype == np.float64:
+        pytest.skip("long double is float64 here")
+    dtype = re.escape(str(array.dtype))
+    with pytest.raises(TypeError, match=f"batch key 'meta/name'.*{dtype}.*{hint}"):
+        to_torch({"x": np.arange(3), "meta/name": array})
 
 
 def test_loader_batches_hand_over_to_torch() -> None:

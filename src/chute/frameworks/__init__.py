@@ -4,8 +4,11 @@ with the copies overlapped (`to_device`), and in-place Zarr views to torch or Te
 Install the framework yourself (``pip install 'chute[torch]'`` or ``'chute[jax]'``); chute's core
 never imports one. Every numpy array found in the batch (dict values, tuples such as ragged
 ``(values, row_splits)``, nested dicts) becomes a framework array over the same memory; other
-leaves pass through unchanged. An array DLPack cannot describe (read-only for JAX, byte-swapped,
-strided for JAX) is first copied into a native, contiguous one.
+leaves pass through unchanged. An array the framework cannot share safely is first copied
+into a native, contiguous one: for torch one that is read-only, byte-swapped, unaligned or has a
+negative or uneven stride (a flipped image); for JAX read-only, byte-swapped or strided. A dtype
+torch has no tensor for (``S<n>``, ``U<n>``, datetime64, structured, object) is a ``TypeError``
+naming the batch key.
 """
 
 from chute.frameworks._device import DeviceLoader, DeviceView, to_device

@@ -3,6 +3,8 @@ device stage's copies (page-locked ring, a copy stream, one event per batch)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,11 @@ __all__ = ["TorchMover", "to_torch"]
 def to_torch(batch: Any, device: Any = None) -> Any:
     """The batch with every numpy array as a ``torch.Tensor`` sharing its memory.
 
+    An array torch cannot share safely (read-only, byte-swapped, unaligned, negative or
+    uneven strides: see `shareable`) is copied once into a native contiguous one; a dtype
+    torch has no tensor for (``S<n>``, ``U<n>``, datetime64, structured, object) raises
+    ``TypeError`` naming the batch key.
+
     With ``device`` (e.g. ``"cuda"``) each tensor is then copied there with
     ``tensor.to(device)``. From a loader's ordinary (pageable) memory that copy is
     synchronous and runs at pageable bandwidth (measured end to end on an H200 machine:
@@ -30,14 +37,56 @@ def to_torch(batch: Any, device: Any = None) -> Any:
     """
     from torch.utils.dlpack import from_dlpack
 
-    def convert(array: npt.NDArray[Any]) -> Any:
-        try:
-            tensor = from_dlpack(array)
-        except BufferError:
-            tensor = from_dlpack(native_copy(array))
+    def convert(array: npt.NDArray[Any], key: Any) -> Any:
+        _check_dtype(array.dtype, key)
+        tensor = from_dlpack(array if shareable(array) else native_copy(array))
         return tensor if device is None else tensor.to(device, non_blocking=True)
 
-    return tree_map(batch, convert)
+    if isinstance(batch, Mapping):
+        return {key: tree_map(value, partial(convert, key=key)) for key, value in batch.items()}
+    return tree_map(batch, partial(convert, key=None))
+
+
+# bool, ints, floats, complex (the largest item size torch holds: no long double)
+_TENSOR_SIZES = {"b": 1, "i": 8, "u": 8, "f": 8, "c": 16}
+
+
+def shareable(array: npt.NDArray[Any]) -> bool:
+    """Whether torch can take ``array``'s memory as it is: writable (a tensor over read-only
+    memory would let a write reach it), native byte order, aligned, every stride
+    non-negative and a multiple of the item size (``from_dlpack`` aborts the interpreter on
+    a negative stride, e.g. an image flipped with ``[:, ::-1]``)."""
+    itemsize = array.dtype.itemsize
+    return (
+        array.flags.writeable
+        and array.flags.aligned
+        and array.dtype.isnative
+        and all(stride >= 0 and stride % itemsize == 0 for stride in array.strides)
+    )
+
+
+def _check_dtype(dtype: np.dtype[Any], key: Any) -> None:
+    """A ``TypeError`` naming ``key`` where torch has no tensor for ``dtype``."""
+    if dtype.fields is None and _TENSOR_SIZES.get(dtype.kind, 0) >= dtype.itemsize:
+        return
+    where = "the batch" if key is None else f"batch key {key!r}"
+    if dtype.fields is not None:
+        hint = "split its fields into arrays of their own (array['field'])"
+    elif dtype.kind == "S":
+        hint = (
+            "decode it to bytes or str first (array.tolist()) or view it as uint8 "
+            f"(array.view(np.uint8).reshape(*array.shape, {dtype.itemsize}))"
+        )
+    elif dtype.kind == "U":
+        hint = "decode it to str first (array.tolist()) or encode it as integers"
+    elif dtype.kind in "mM":
+        hint = "view it as int64 (array.view(np.int64)) or convert it to numbers"
+    else:
+        hint = "convert it to a numeric array or keep it out of the batch handed to torch"
+    raise TypeError(
+        f"{where} holds a numpy array of dtype {dtype}, which torch has no tensor for "
+        f"(DLPack describes bool, integer, float and complex arrays): {hint}"
+    )
 
 
 def _pinned(nbytes: int) -> npt.NDArray[np.uint8]:
@@ -51,7 +100,7 @@ def _pinned(nbytes: int) -> npt.NDArray[np.uint8]:
 def _cpu_copy(leaf: Any) -> Any:
     """A copy into fresh host memory; numpy's, since torch's threads contend with the gathers."""
     if isinstance(leaf, np.ndarray):
-        return to_torch(native_copy(leaf))
+        return native_copy(leaf)  # made a tensor by to_torch, which names a key it refuses
     return leaf.clone()
 
 
@@ -131,7 +180,7 @@ class TorchMover:
         import torch
 
         if self.device.type == "cpu":
-            return tree_map(batch, _cpu_copy, (np.ndarray, torch.Tensor)), _Done()
+            return to_torch(tree_map(batch, _cpu_copy, (np.ndarray, torch.Tensor))), _Done()
         host = to_torch(batch)
         if self._cuda is None:
             return tree_map(host, self._copy, torch.Tensor), _Done()
