@@ -59,3 +59,13 @@ def decode_length(record: dict[str, Any], rng: np.random.Generator) -> dict[str,
     """A bytes record decoded (here: its bytes as uint8, shifted by a random draw)."""
     data = np.frombuffer(record["blob"], np.uint8)
     return {"n": len(record["blob"]), "sum": int(data.sum()) + int(rng.integers(0, 10))}
+
+
+def draw(record: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    """The record and one number drawn for it."""
+    return {"x": record["x"], "r": rng.random()}
+
+
+def batch_draw(batch: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    """The batch and one number drawn for it."""
+    return {**batch, "t": rng.random()}

@@ -40,7 +40,9 @@ class EvalPass(Pipeline):
     (3, [[0, 10], [20, 30], [40]])
     """
 
-    _STATE = StateLayout("EvalPass", (1,), ("step",), ours="pass")
+    # 1: before sharded map= draws were keyed by the global position
+    _STATE = StateLayout("EvalPass", (2, 1), ("step",), ours="pass")
+    _GLOBAL_DRAWS = 2
 
     @legacy_arguments()
     def __init__(

@@ -186,7 +186,9 @@ class DataLoader(Pipeline):
     >>> resumed.close()
     """
 
-    _STATE = StateLayout("DataLoader", (2, 1), ("step",), ours="loader")  # 1: before subsets
+    # 1: before subsets; 2: before sharded map= draws were keyed by the global position
+    _STATE = StateLayout("DataLoader", (3, 2, 1), ("step",), ours="loader")
+    _GLOBAL_DRAWS = 3
 
     @legacy_arguments(positional=_POSITIONAL)
     def __init__(

@@ -7,6 +7,7 @@ indices a step reads (`_plan`), where the step counter lives, and whether the st
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import numbers
@@ -31,7 +32,7 @@ from chute._util.cores import usable_cores
 from chute._util.state import StateLayout, check_state, make_state
 from chute.errors import LoaderInUseError, LoaderTimeoutError
 from chute.loader._processes import ProcessPool
-from chute.loader._recipe import Recipe, Record
+from chute.loader._recipe import Recipe, Record, wants_rng
 from chute.loader._sampler import _check_u64
 from chute.loader._streams import Batch, GathersInto, ReadsAhead, Stream, unfold
 from chute.loader._workers import CLOSE_WAIT, Workers
@@ -149,6 +150,9 @@ class Pipeline(Closing):
         self._owner: weakref.ref[object] | None = None  # the device stage fed, if any
         # one consumer at a time: two threads calling next() each get their own steps
         self._consuming = threading.RLock()
+        # this process's part of each global batch (shard=): positions [start, stop)
+        self.shard: tuple[int, int] = (0, 1)
+        self._slice: tuple[int, int] = (0, 0)
 
     @property
     @abstractmethod
@@ -171,6 +175,25 @@ class Pipeline(Closing):
     _STATE: ClassVar[StateLayout]
     """The kind and versions of this pipeline's states (see `chute._util.state`)."""
 
+    _GLOBAL_DRAWS: ClassVar[int]
+    """The first state version whose ``map`` draws are keyed by a record's position in the
+    global batch (before it: in this host's slice, so other draws on shards past the first)."""
+
+    def _layout(self) -> StateLayout:
+        """`_STATE`, without the versions whose sharded ``map`` drew other numbers when this
+        pipeline is sharded and its ``map`` draws: such a state is refused, not resumed with
+        other augmentations."""
+        if self.shard[1] == 1 or not wants_rng(self.map):
+            return self._STATE
+        versions = tuple(v for v in self._STATE.versions if v >= self._GLOBAL_DRAWS)
+        note = (
+            f"; a sharded {self._STATE.kind} whose map= takes rng drew other numbers on shards "
+            f"past the first before version {self._GLOBAL_DRAWS} (they were keyed by the "
+            "position in the host's slice): resuming would change the augmentations, so "
+            "seek(step) to resume with today's draws on purpose"
+        )
+        return dataclasses.replace(self._STATE, versions=versions, note=note)
+
     @abstractmethod
     def _config(self) -> dict[str, Any]:
         """The JSON-able configuration that decides the stream of batches."""
@@ -178,13 +201,13 @@ class Pipeline(Closing):
     def state_dict(self) -> dict[str, Any]:
         """A small JSON-able record of where the stream stands (``step``) and what it is
         (the configuration and its fingerprint)."""
-        return make_state(self._STATE, self._config(), step=self.step)
+        return make_state(self._layout(), self._config(), step=self.step)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume at the state's step; refuses a state of a different stream of batches
         (`chute.errors.StateMismatchError`, naming the fields that differ)."""
         self._check_caller()
-        checked = check_state(state, self._STATE, self._config())
+        checked = check_state(state, self._layout(), self._config())
         self.seek(_check_u64("the saved step", checked["step"]))
 
     @property
@@ -195,7 +218,7 @@ class Pipeline(Closing):
     @property
     def recipe(self) -> Recipe:
         """What is done with a step's gathered records (see `chute.loader._recipe`)."""
-        return Recipe(self.map, self.transform, self.seed)
+        return Recipe(self.map, self.transform, self.seed, self._slice[0])
 
     def batch_at(self, step: int) -> Batch:
         """The batch of ``step``, built on the calling thread; does not move the pipeline."""

@@ -4,9 +4,12 @@ batch ``transform``, and the random generators they may ask for.
 One `Recipe`, run on the loader's threads or in its worker processes (it pickles), so the
 stream of batches is the same for any number of either. A ``map`` or ``transform`` that has a
 parameter named ``rng`` gets a ``numpy.random.Generator`` that is a pure function of the run:
-Philox keyed by ``(seed, step)``, its counter set by the record's position in the batch (the
-transform gets a lane of its own). Augmentations are then the same across a resume, any
-worker count and any machine, and differ from cycle to cycle, since the step does.
+Philox keyed by ``(seed, step)``, its counter set by the record's position in the step's
+*global* batch (``offset``, the first position of this host's slice with ``shard=``, plus the
+record's place in the slice), so a record draws the same numbers sharded or not, on any
+number of hosts. The transform gets a lane of its own, keyed by ``(seed, step)`` alone: the
+same generator on every host. Augmentations are then the same across a resume, any worker
+count and any machine, and differ from cycle to cycle, since the step does.
 
 >>> import numpy as np
 >>> def flip(record, rng):
@@ -109,11 +112,13 @@ def _stack(values: list[Any]) -> Any:
 @dataclass(frozen=True)
 class Recipe:
     """The per-record ``map`` (a record dict in, a record dict out), the batch ``transform``
-    (a batch dict in, a batch dict out) and the seed their generators derive from."""
+    (a batch dict in, a batch dict out), the seed their generators derive from and ``offset``,
+    the position in the global batch of this host's first record (``shard=``)."""
 
     map: Callable[..., Record] | None
     transform: Callable[..., Batch] | None
     seed: int
+    offset: int = 0
 
     def __post_init__(self) -> None:
         for name in ("map", "transform"):
@@ -148,7 +153,8 @@ class Recipe:
         records = [{name: column[k] for name, column in columns.items()} for k in range(n)]
         fn = self.map
         if wants_rng(fn):
-            out = [fn(r, rng=generator(self.seed, step, k)) for k, r in enumerate(records)]
+            at = self.offset
+            out = [fn(r, rng=generator(self.seed, step, at + k)) for k, r in enumerate(records)]
         else:
             out = [fn(r) for r in records]
         return collate(out)

@@ -1,0 +1,82 @@
+"""What ``map=`` and ``transform=`` see and give: a record's draws keyed by its position in
+the global batch (the same sharded or not, on any number of hosts), the states saved when
+sharded draws were keyed otherwise refused, map outputs collated whatever their key order,
+and the batch made of what ``map`` returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chute
+from chute import DataLoader
+from chute.errors import StateMismatchError
+from tests.loader import maps
+
+X = np.arange(96, dtype=np.int64)
+
+
+def _draws(count: int, **options: Any) -> dict[int, float]:
+    """Record -> its draw over the first steps of every shard of ``count`` together."""
+    seen: dict[int, float] = {}
+    for index in range(count):
+        with DataLoader({"x": X}, batch_size=8, seed=3, map=maps.draw, shard=(index, count),
+                        num_threads=1, **options) as dl:  # fmt: skip
+            for _ in range(5):
+                batch = next(dl)
+                seen.update(zip(batch["x"].tolist(), batch["r"].tolist(), strict=True))
+    return seen
+
+
+def test_a_records_draws_do_not_depend_on_the_sharding() -> None:
+    whole = _draws(1)
+    assert len(whole) == 40
+    assert _draws(2) == whole and _draws(4) == whole and _draws(8) == whole
+
+
+def test_a_records_draws_do_not_depend_on_the_sharding_in_worker_processes() -> None:
+    assert _draws(2, workers=1) == _draws(1)
+
+
+def test_an_evaluation_passs_draws_do_not_depend_on_the_sharding() -> None:
+    def draws(count: int) -> dict[int, float]:
+        seen: dict[int, float] = {}
+        for index in range(count):
+            with chute.iterate({"x": X[:30]}, 8, map=maps.draw, shard=(index, count)) as p:
+                for b in p:  # a shard's last slice may hold no records, so nothing mapped
+                    if b.get("x") is not None and len(b["x"]):
+                        seen.update(zip(b["x"].tolist(), b["r"].tolist(), strict=True))
+        return seen
+
+    assert len(draws(1)) == 30 and draws(2) == draws(1) and draws(4) == draws(1)
+
+
+def test_the_transforms_generator_is_the_same_on_every_host() -> None:
+    def first(shard: tuple[int, int]) -> float:
+        with DataLoader({"x": X}, batch_size=8, seed=3, transform=maps.batch_draw,
+                        shard=shard) as dl:  # fmt: skip
+            return float(next(dl)["t"])
+
+    assert first((0, 1)) == first((0, 2)) == first((1, 2)) == first((3, 4))
+
+
+def _old(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` as chute wrote it before version 3."""
+    return {k: v for k, v in state.items() if k not in ("kind", "fingerprint")} | {"version": 2}
+
+
+def test_a_sharded_state_from_before_global_draws_is_refused_when_map_draws() -> None:
+    with DataLoader({"x": X}, batch_size=8, seed=3, map=maps.draw, shard=(1, 2)) as dl:
+        state = dl.state_dict()
+        assert state["version"] == 3
+        with pytest.raises(StateMismatchError, match=r"version: saved 2.*seek\(step\)"):
+            dl.load_state_dict(_old({**state, "step": 7}))
+        assert dl.step == 0
+        dl.load_state_dict({**state, "step": 7})
+        assert dl.step == 7
+    for options in ({"map": maps.draw}, {"map": maps.identity, "shard": (1, 2)}):
+        with DataLoader({"x": X}, batch_size=8, seed=3, **options) as dl:
+            dl.load_state_dict(_old({**dl.state_dict(), "step": 7}))
+            assert dl.step == 7
