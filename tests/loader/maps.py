@@ -69,3 +69,12 @@ def draw(record: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
 def batch_draw(batch: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
     """The batch and one number drawn for it."""
     return {**batch, "t": rng.random()}
+
+
+def sleep_once_on_seven(record: dict[str, Any]) -> dict[str, Any]:
+    """Hangs at record 7 the first time only: creates the flag file it then finds."""
+    flag = os.environ["CHUTE_TEST_HANG_ONCE"]
+    if int(record["x"][0]) == 7 * 16 and not os.path.exists(flag):
+        open(flag, "w").close()
+        time.sleep(3600)
+    return record

@@ -134,6 +134,39 @@ def test_a_stuck_worker_times_out_and_close_does_not_wait(dataset: Path) -> None
         assert time.monotonic() - began < 10
 
 
+_RETRY = """
+import sys
+import numpy as np
+import chute
+sys.path.insert(0, {root!r})
+from tests.loader import maps
+if __name__ == "__main__":
+    rows = np.arange(40 * 16, dtype=np.int32).reshape(40, 16)
+    with chute.DataLoader({{"x": rows}}, batch_size=10, sampler="sequential", seed=0,
+                          map=maps.sleep_once_on_seven, workers=2, timeout=2) as dl:
+        try:
+            next(dl)
+        except chute.errors.LoaderTimeoutError as e:
+            print("timed out:", e, flush=True)
+        print("step", dl.step, flush=True)
+        for _ in range(3):
+            print("first", int(next(dl)["x"][0, 0]), flush=True)
+"""
+
+
+def test_a_step_past_its_timeout_is_retried_on_a_new_worker(tmp_path: Path) -> None:
+    """The killed worker is not handed the retried step (it used to be: LoaderWorkerError)."""
+    script = tmp_path / "retry.py"
+    script.write_text(_RETRY.format(root=str(Path(__file__).resolve().parents[2])))
+    env = {**os.environ, "CHUTE_TEST_HANG_ONCE": str(tmp_path / "hung")}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "worker process was killed" in lines[0] and "thread" not in lines[0]
+    assert lines[1:] == ["step 0", "first 0", "first 160", "first 320"]
+
+
 def test_a_map_that_does_not_pickle_is_named(dataset: Path) -> None:
     with Dataset(dataset) as ds:
         dl = DataLoader({"x": ds}, batch_size=10, map=lambda r: r, workers=1, seed=0)

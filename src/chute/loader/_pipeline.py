@@ -399,12 +399,14 @@ class Pipeline(Closing):
     def _take(self, run: _Run, pool: Workers | ProcessPool) -> None:
         """Wait (at most ``timeout``) for the run's outcome and keep it on the run."""
         if self.timeout is not None and not wait([run.future], self.timeout).done:
+            left = "its worker thread is left to it"
             if isinstance(pool, ProcessPool):  # a stuck worker is replaced, not waited on
                 pool.kill_busy()
+                left = "its worker process was killed and a new one takes its place"
             raise LoaderTimeoutError(
                 f"the batch of step {self.step} was not ready within timeout="
-                f"{self.timeout} s: a gather or the transform has not returned (its worker "
-                "thread is left to it); the next next() tries this step again"
+                f"{self.timeout} s: a gather, the map or the transform has not returned "
+                f"({left}); the next next() tries this step again"
             )
         if isinstance(pool, ProcessPool):
             batch = run.future.result()

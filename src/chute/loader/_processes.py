@@ -308,11 +308,15 @@ class ProcessPool:
         return future
 
     def kill_busy(self) -> None:
-        """Kill the workers still building something (a step past its timeout): each is
-        replaced on the next `submit`."""
+        """Kill the workers still building something (a step past its timeout) and mark them
+        dead at once, so the next `submit` replaces them instead of sending a step to a worker
+        the collector has not yet seen die."""
         for worker in self._workers:
             if worker is not None and worker.waiting and not worker.dead:
                 worker.process.kill()
+                self._died(worker)
+        with contextlib.suppress(OSError):  # the collector stops watching their pipes
+            os.write(self._wake[1], b"k")
 
     def _collect(self) -> None:
         """Hand each worker's answers to their futures, in the order the steps were sent;
