@@ -13,7 +13,12 @@ import pytest
 
 import chute
 from chute import BytesDataset, DataLoader, ImageDataset, RecordStore
-from chute.errors import CorruptStoreError, StoreKindError, StoreNotFoundError
+from chute.errors import (
+    CorruptStoreError,
+    RecordDecodeError,
+    StoreKindError,
+    StoreNotFoundError,
+)
 from tests.loader import maps
 
 BLOBS = [bytes(range(i % 7)) + b"\x00" * (i % 3) for i in range(90)]  # some empty, NUL-ended
@@ -95,10 +100,65 @@ def test_images_decode_in_threads_and_workers(tmp_path: Path, serve: Any) -> Non
             assert all(np.array_equal(a, b) for a, b in zip(batch, images[:8], strict=True))
 
 
-def test_a_record_that_is_no_image_is_damage(tmp_path: Path) -> None:
-    chute.write_ragged(tmp_path / "bad", [b"not a picture"]).close()
-    with (
-        ImageDataset(tmp_path / "bad") as ds,
-        pytest.raises(CorruptStoreError, match="not an image"),
-    ):
-        ds[0]
+def _encoded(image: Any, fmt: str = "PNG", **options: Any) -> bytes:
+    import io
+
+    out = io.BytesIO()
+    image.save(out, format=fmt, **options)
+    return out.getvalue()
+
+
+def test_each_image_mode_decodes_to_its_documented_dtype_and_shape(tmp_path: Path) -> None:
+    from PIL import Image
+
+    rgb = Image.fromarray(np.random.default_rng(0).integers(0, 255, (6, 7, 3), np.uint8))
+    clear = rgb.convert("P")
+    clear.info["transparency"] = 0
+    cases = {
+        "L": (rgb.convert("L"), "|u1", (6, 7)),
+        "LA": (rgb.convert("LA"), "|u1", (6, 7, 2)),
+        "RGBA": (rgb.convert("RGBA"), "|u1", (6, 7, 4)),
+        "P": (rgb.convert("P"), "|u1", (6, 7, 3)),
+        "P+transparency": (clear, "|u1", (6, 7, 4)),
+        "1": (rgb.convert("1"), "|b1", (6, 7)),
+        "I;16": (
+            Image.fromarray(np.arange(42, dtype=np.uint16).reshape(6, 7) * 999),
+            "<u2",
+            (6, 7),
+        ),
+    }
+    records = [_encoded(image) for image, _, _ in cases.values()]
+    records.append(_encoded(Image.fromarray(np.full((2, 3), 0.5, np.float32)), "TIFF"))
+    records.append(_encoded(Image.fromarray(np.arange(6, dtype=np.int32).reshape(2, 3)), "TIFF"))
+    want = [(dtype, shape) for _, dtype, shape in cases.values()]
+    want += [("<f4", (2, 3)), ("<i4", (2, 3))]
+    chute.write_ragged(tmp_path / "modes", records).close()
+    with ImageDataset(tmp_path / "modes") as ds:
+        got = ds[list(range(len(records)))]
+    assert [(a.dtype.str, a.shape) for a in got] == want
+    palette = got[list(cases).index("P")]
+    assert np.array_equal(palette, np.asarray(rgb.convert("P").convert("RGB")))  # pixels
+
+
+def test_a_record_that_is_no_image_is_a_decode_error_naming_it(tmp_path: Path) -> None:
+    from PIL import Image
+
+    jpeg = _encoded(Image.fromarray(np.zeros((20, 30, 3), np.uint8)), "JPEG")
+    records = [_png(np.zeros((2, 2), np.uint8)), b"not a picture", jpeg[: len(jpeg) // 2], b""]
+    chute.write_ragged(tmp_path / "bad", records, shard_records=2).close()
+    reasons = {1: "13 bytes in no format Pillow recognises", 2: "[Tt]runcated", 3: "empty"}
+    with ImageDataset(tmp_path / "bad") as ds:
+        for index, reason in reasons.items():
+            for key in (index, index - len(records), [0, index]):
+                with pytest.raises(RecordDecodeError, match=f"record {index} .*{reason}") as info:
+                    ds[key]
+                assert info.value.index == index
+                assert isinstance(info.value, ValueError)
+                assert not isinstance(info.value, CorruptStoreError)  # the store is fine
+        for workers in (0, 1):
+            with (
+                DataLoader({"img": ds}, batch_size=2, sampler="sequential", workers=workers) as dl,
+                pytest.raises(RecordDecodeError, match="record 1 ") as info,
+            ):
+                next(dl)
+            assert info.value.index == 1

@@ -4,13 +4,15 @@ stream that yields a list of ``bytes`` per batch."""
 from __future__ import annotations
 
 import io
+import struct
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from chute.datasets._schema import RecordSchema
 from chute.datasets._view import StoreView
-from chute.errors import CorruptStoreError, StoreKindError
+from chute.errors import RecordDecodeError, StoreKindError
 
 _BYTES = RecordSchema(dtype=np.dtype(np.uint8), item_shape=(), ragged=True)
 
@@ -47,10 +49,14 @@ class BytesDataset(StoreView):
 
     def __getitems__(self, indices: Any) -> list[bytes]:
         """The records of a sequence of indices (or a slice), as ``bytes``."""
-        values, offsets = self._store.gather_packed(self._indices(indices))
+        return self._records(self._indices(indices))
+
+    def _records(self, at: npt.NDArray[np.int64]) -> list[bytes]:
+        """The records at checked, non-negative indices ``at``, as ``bytes``."""
+        values, offsets = self._store.gather_packed(at)
         data = values.tobytes()
-        at = offsets.tolist()
-        return [data[at[k] : at[k + 1]] for k in range(len(at) - 1)]
+        ends = offsets.tolist()
+        return [data[ends[k] : ends[k + 1]] for k in range(len(ends) - 1)]
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
@@ -63,10 +69,21 @@ class BytesDataset(StoreView):
 
 class ImageDataset(BytesDataset):
     """Encoded images (JPEG, PNG, any format Pillow reads) stored as bytes records, decoded
-    to ``uint8`` arrays when read: ``(height, width)`` for greyscale, ``(height, width,
-    channels)`` otherwise, as Pillow gives them. ``ds[indices]`` and ``__getitems__`` return a
-    list of arrays (images may differ in size); in a loader with ``workers=N`` the decoding
-    runs in the worker processes. Needs Pillow (``pip install chute[images]``).
+    when read into what ``np.asarray`` makes of Pillow's image, by its mode:
+
+    - ``L`` (greyscale) ``uint8 (h, w)``; ``LA`` ``uint8 (h, w, 2)``; ``RGB``, ``YCbCr``
+      ``uint8 (h, w, 3)``; ``RGBA``, ``CMYK`` ``uint8 (h, w, 4)``;
+    - ``P`` and ``PA`` (palette) decoded to pixels: ``RGB`` ``uint8 (h, w, 3)``, or ``RGBA``
+      ``uint8 (h, w, 4)`` when the palette has transparency;
+    - ``1`` (bilevel) ``bool (h, w)``; ``I;16`` (16-bit PNG) ``uint16 (h, w)``; ``I`` ``int32
+      (h, w)``; ``F`` (float TIFF) ``float32 (h, w)``.
+
+    The pixels are as stored: EXIF orientation is not applied (``PIL.ImageOps.exif_transpose``
+    in a ``map=`` does it), and a multi-frame image (an animated GIF) gives its first frame.
+    A record Pillow cannot decode is `chute.errors.RecordDecodeError` naming its index.
+    ``ds[indices]`` and ``__getitems__`` return a list of arrays (images may differ in size);
+    in a loader with ``workers=N`` the decoding runs in the worker processes. Needs Pillow
+    (``pip install chute[images]``).
 
     >>> import io, tempfile, numpy as np
     >>> from PIL import Image
@@ -82,21 +99,32 @@ class ImageDataset(BytesDataset):
 
     def __getitems__(self, indices: Any) -> list[np.ndarray]:  # type: ignore[override]
         """The images of a flat sequence of indices, decoded."""
-        return [_decode(data, self._path) for data in super().__getitems__(indices)]
+        at = self._indices(indices)
+        records = zip(at.tolist(), self._records(at), strict=True)
+        return [_decode(data, self._path, index) for index, data in records]
 
     def __repr__(self) -> str:
         return f"ImageDataset({str(self._path)!r}, {len(self)} records)"
 
 
-def _decode(data: bytes, where: Any) -> np.ndarray:
+def _decode(data: bytes, where: Any, index: int) -> np.ndarray:
+    """Record ``index`` (``data``) as an array; `RecordDecodeError` with Pillow's reason."""
     try:
         from PIL import Image, UnidentifiedImageError
     except ImportError:
         raise ImportError("ImageDataset decodes with Pillow: pip install chute[images]") from None
     try:
         with Image.open(io.BytesIO(data)) as image:
+            if image.mode in ("P", "PA"):  # palette indices: the pixels are in the palette
+                alpha = image.mode == "PA" or "transparency" in image.info
+                return np.asarray(image.convert("RGBA" if alpha else "RGB"))
             return np.asarray(image)
-    except (UnidentifiedImageError, OSError) as error:
-        raise CorruptStoreError(
-            f"{where}: a record is not an image Pillow can read ({error})"
-        ) from None
+    except UnidentifiedImageError:
+        reason = "empty" if not data else f"{len(data)} bytes in no format Pillow recognises"
+    except (OSError, ValueError, SyntaxError, EOFError, struct.error) as error:
+        reason = str(error) or type(error).__name__
+    except Image.DecompressionBombError as error:  # over Pillow's MAX_IMAGE_PIXELS
+        reason = str(error)
+    raise RecordDecodeError(
+        f"{where}: record {index} cannot be decoded as an image ({reason})", index=index
+    )

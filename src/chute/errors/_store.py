@@ -194,6 +194,27 @@ class RecordIndexError(ChuteError, IndexError, RuntimeError):
     """
 
 
+class RecordDecodeError(ChuteError, ValueError):
+    """A record read intact whose content cannot be decoded as asked (an `ImageDataset`
+    record that is no image Pillow can read, or a truncated one): the store is fine, the
+    record's bytes are not what the reader expects. A ValueError; ``index`` is the record's
+    index in the dataset.
+
+    >>> import tempfile, chute
+    >>> path = tempfile.mkdtemp() + "/images"
+    >>> chute.write_ragged(path, [b"not an image"]).close()
+    >>> try:
+    ...     chute.ImageDataset(path)[0]
+    ... except chute.errors.RecordDecodeError as e:
+    ...     print(e.index, isinstance(e, ValueError))
+    0 True
+    """
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+
+
 class UnsafeFileError(ChuteError, OSError):
     """A file chute was pointed at is not one it will read: its path resolves outside the
     folder it was given (a symlink out), it is not a regular file (a FIFO, a device, a
