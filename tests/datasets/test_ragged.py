@@ -187,6 +187,11 @@ def test_bad_records_are_clear_errors(tmp_path: Path, kind: dict[str, Any]) -> N
         write_ragged(tmp_path / "a.zr", [np.zeros((2, 3)), np.zeros((2, 4))], **kw)
     with pytest.raises(ValueError, match=r"record 0 has shape \(\)"):
         write_ragged(tmp_path / "b.zr", [np.float32(1.0)], **kw)
+    for record, what in (("abc", "a str"), (None, "None"), (3, "a int")):
+        with pytest.raises(TypeError, match=f"record 1 is {what}, not an array or bytes"):
+            write_ragged(tmp_path / "s.zr", [b"ok", record], **kw)
+    with pytest.raises(TypeError, match="encode it to bytes first"):
+        write_ragged(tmp_path / "s.zr", ["abc"], **kw)
     with pytest.raises(TypeError, match="record 1 has dtype float64, the set is int32"):
         write_ragged(tmp_path / "c.zr", [np.zeros(2, np.int32), np.zeros(2)], **kw)
     big = [np.zeros(1, np.uint8)] * 2 + [np.zeros(2_000_000, "u1")]

@@ -250,7 +250,7 @@ def write_ragged(
     want_shape = None if item_shape is None else tuple(int(d) for d in item_shape)
     if not isinstance(target, Location):
         shard_records, workers = check_sharding(shard_records, workers)
-    records = checked_records(arrays, want_dtype, want_shape)
+    records = checked_records(_arrays_only(arrays), want_dtype, want_shape)
     first = next(records, None)
     if first is None and (want_dtype is None or want_shape is None):
         raise ValueError("no records to write, and no dtype and item_shape to describe them")
@@ -459,9 +459,26 @@ def _joining_rows(array: Any, schema: RecordSchema) -> Any:
     return array
 
 
+def _arrays_only(arrays: Iterable[Any]) -> Iterator[Any]:
+    """The records, each refused by its type where it is no array, sequence or bytes (a
+    ``str``, ``None``, a Python number): numpy would make it a 0-d array, reported as a
+    shape (as a numpy scalar still is)."""
+    for i, item in enumerate(arrays):
+        if not isinstance(item, (np.ndarray, np.generic, list, tuple, *BYTES)) and (
+            np.ndim(item) == 0
+        ):
+            what = "None" if item is None else f"a {type(item).__name__}"
+            hint = ": encode it to bytes first (text.encode())" if isinstance(item, str) else ""
+            raise TypeError(
+                f"record {i} is {what}, not an array or bytes (each record is an array of "
+                f"rows, or bytes){hint}"
+            )
+        yield item
+
+
 def _joining_records(arrays: Iterable[Any], schema: RecordSchema) -> Iterator[Any]:
     """The records of ``arrays``, each checked against ``schema`` as it is read."""
-    checked = checked_records(arrays, schema.dtype, schema.item_shape)
+    checked = checked_records(_arrays_only(arrays), schema.dtype, schema.item_shape)
     return within_cap(record for record, _, _ in checked)
 
 
