@@ -131,3 +131,53 @@ def test_convert_appends_and_speaks_the_command_lines_words(tmp_path: Path) -> N
     assert "Traceback" not in r.stderr
     r = run("convert", str(tmp_path / "a.npy"), out, "--append", "--overwrite")
     assert r.returncode == 2 and "not allowed with argument" in r.stderr
+
+
+def test_compact_never_makes_a_store(tmp_path: Path) -> None:
+    """`compact` of a path that holds no store is an error, and writes nothing there."""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.txt").write_text("mine")
+    for path in (tmp_path / "a" / "b", tmp_path / "notes"):
+        done = run("compact", "-q", str(path))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "a").exists()
+    assert sorted(p.name for p in (tmp_path / "notes").iterdir()) == ["notes.txt"]
+
+
+def test_convert_refuses_what_it_cannot_store_and_names_the_file(tmp_path: Path) -> None:
+    import os
+
+    np.save(tmp_path / "s.npy", np.zeros(2, [("a", "<i4"), ("b", "<f8")]))
+    (tmp_path / "t.npy").write_text("not numpy at all")
+    np.save(tmp_path / "o.npy", np.array([{"a": 1}], object), allow_pickle=True)
+    os.mkfifo(tmp_path / "f.npy")  # would block a reader for ever
+    for name, words in (("s.npy", "structured"), ("t.npy", "t.npy: not a .npy file"),
+                        ("o.npy", "o.npy: not a .npy array of plain data"),
+                        ("f.npy", "f.npy: not a regular file")):  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "chute", "convert", "-q", str(tmp_path / name),
+             str(tmp_path / ("out-" + name))],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 2 and words in done.stderr, (name, done.stderr)
+        assert "Traceback" not in done.stderr and "pickle" not in done.stderr
+
+
+def test_info_of_a_chunk_cut_short_says_damaged_not_negative_garbage(tmp_path: Path) -> None:
+    import json
+
+    chute.write_dataset(tmp_path / "s", np.arange(4000, dtype=np.int64).reshape(100, 40),
+                        codec="raw").close()  # fmt: skip
+    with open(tmp_path / "s" / "0.zr", "r+b") as f:
+        f.truncate(f.seek(0, 2) - 1000)
+    text = run("info", str(tmp_path / "s"))
+    assert "DAMAGED" in text.stdout and "-0.00" not in text.stdout
+    (report,) = json.loads(run("info", "--json", str(tmp_path / "s")).stdout)
+    assert report["reclaimable"] == 0 and report["short_bytes"] == 1000
+
+
+def test_compacting_a_sharded_dataset_shows_progress(tmp_path: Path) -> None:
+    chute.write_dataset(tmp_path / "d", np.arange(8000).reshape(1000, 8), shard_records=300)
+    done = run("compact", str(tmp_path / "d"))
+    assert done.returncode == 0 and "compact d" in done.stderr
+    assert run("compact", "-q", str(tmp_path / "d")).stderr == ""

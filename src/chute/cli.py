@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,8 +25,26 @@ from chute.store import RecordStore
 from chute.store._internal import CODEC_NAMES
 
 
+def _load_npy(path: str) -> np.ndarray[Any, Any]:
+    """The .npy file at ``path``, memory-mapped: a regular file (a FIFO would block for ever)
+    holding a .npy array of plain data, or a ValueError naming the file and what it is."""
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: not a regular file")
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic != b"\x93NUMPY":
+        raise ValueError(f"{path}: not a .npy file (np.save writes one)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # an overflowing header's shape
+            array: np.ndarray[Any, Any] = np.load(path, mmap_mode="r", allow_pickle=False)
+            return array
+    except (ValueError, OSError, RuntimeWarning) as e:
+        raise ValueError(f"{path}: not a .npy array of plain data chute can map ({e})") from None
+
+
 def _convert(args: argparse.Namespace) -> int:
-    array = np.load(args.input, mmap_mode="r", allow_pickle=False)
+    array = _load_npy(args.input)
     try:
         ds = write_dataset(
             args.output, array, codec=args.codec, dict_size=args.dict_size, level=args.level,
@@ -76,6 +96,9 @@ def _print_info(path: Path | str, stats: dict[str, Any]) -> None:
     print(f"stored:    {_mib(stats['live_bytes'])} (ratio {stats['ratio']:.2f}x)")
     print(f"chunks:    {stats['chunks']} holding {_mib(stats['chunk_bytes'])}")
     print(f"garbage:   {_mib(stats['reclaimable'])} reclaimable by `chute compact`")
+    if stats["short_bytes"]:
+        print(f"DAMAGED:   the chunk files hold {stats['short_bytes']} bytes fewer than the "
+              "records they should hold: `chute verify` names the records")  # fmt: skip
     print(f"table:     {_mib(stats['table_bytes'])} (meta.zr)")
     print(f"checksums: {_mib(stats['checksum_bytes'])} (crc32c.chute)" if stats["has_checksums"]
           else "checksums: none (written by another tool)")  # fmt: skip
@@ -168,6 +191,7 @@ def _each(
 
 def _compact(args: argparse.Namespace) -> int:
     path = Path(args.store)
+    RecordStore(path, mode="r").close()  # a store already: opening to write would make one
     with (
         RecordStore(path, mode="a") as store,
         Progress(None, f"compact {path.name}", show=not args.quiet) as bar,
@@ -238,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.run = sharded.compact
     try:
         return int(args.run(args))
-    except (ChuteError, OSError, ValueError) as e:
+    except (ChuteError, OSError, ValueError, TypeError) as e:
         print(f"chute {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -131,6 +131,28 @@ def test_config_diff_of_chosen_runs(tmp_path):
         assert c.get("/api/diff", params={"run": "r999"}).status_code == 404
 
 
+def test_config_diff_says_which_configs_cannot_be_read(tmp_path):
+    """A run whose config.json is damaged counts for no key: its cells are unreadable (with
+    the error), never "absent"."""
+    root = _sweep(tmp_path)
+    damaged = next(root.glob("b/**/config.json"))
+    damaged.write_text("{nope")
+    with client(root) as c:
+        ids = {n: r["id"] for n, r in runs_by_name(c).items()}
+        res = c.get("/api/diff", params={"run": [ids["a"], ids["b"], ids["c"]]}).json()
+        assert res["config_errors"][0] is None and res["config_errors"][2] is None
+        assert "config" in res["config_errors"][1] or "json" in res["config_errors"][1].lower()
+        keys = {k["key"]: k for k in res["keys"]}
+        assert set(keys) == {"lr", "model.depth"}  # a and c differ there; b does not count
+        assert all(k["unreadable"] == [False, True, False] for k in keys.values())
+
+
+def test_a_group_of_a_name_no_run_can_hold_is_not_served(tmp_path):
+    with client(_sweep(tmp_path)) as c:
+        ids = [r["id"] for r in runs_by_name(c).values()]
+        assert c.get("/api/group", params={"run": ids, "metric": "../x"}).status_code == 404
+
+
 def _group(c, ids, metric="loss", **params):
     res = c.get("/api/group", params={"run": ids, "metric": metric, **params})
     assert res.status_code == 200, res.text

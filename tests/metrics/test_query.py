@@ -167,7 +167,12 @@ ERRORS = [
     ("()", "expected a field, found ')'", 1),
     ("'a' == a", "expected a field, found \"'a'\"", 0),
     ("a ~ 3", "'~' takes a regular expression in quotes", 4),
-    ("a ~ '('", "bad regular expression (missing ), unterminated subpattern", 4),
+    ("a ~ '('", "bad regular expression (missing ): (", 4),
+    (
+        "a ~ '(x)\\\\1'",
+        "bad regular expression (invalid escape sequence: \\1; patterns are RE2's",
+        4,
+    ),
     ("a < true", "'<' orders numbers or strings, not 'true'", 4),
     ("a >= [1]", "'>=' orders numbers or strings, not '['", 5),
     ("a == 1x", "bad number '1x'", 5),
@@ -433,3 +438,17 @@ def test_ls_where_in_process(tmp_path: Any, capsys: pytest.CaptureFixture[str]) 
     assert _listed(out.out) == [] and "no run under" in out.err
     assert main(["ls", str(exp / "r1"), "--where", "lr"]) == 2
     assert "--where filters the runs of a folder" in capsys.readouterr().err
+
+
+def test_a_pathological_pattern_takes_linear_time() -> None:
+    """``~`` runs RE2: a nested quantifier against a long near-match (exponential for a
+    backtracking engine, so a query sent to a dashboard could stall it) answers at once. In a
+    child process, so a regression fails by timeout instead of hanging the suite."""
+    code = (
+        "from chute.metrics._query import parse\n"
+        "q = parse(\"tag ~ '^(a+)+$'\")\n"
+        "print(q.matches({'tag': 'a' * 64 + '!'}), q.matches({'tag': 'a' * 64}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    assert done.stdout.split() == ["False", "True"]

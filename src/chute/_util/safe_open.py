@@ -35,6 +35,12 @@ def _within(real: str, real_root: str) -> bool:
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
+def _outside(path: object, root: str) -> str:
+    """The refusal of a path that resolves outside ``root``; where it leads is not said (a
+    dashboard shows these messages to whoever can reach it)."""
+    return f"{path} leads outside {root} (a link out of it): not read"
+
+
 def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str:
     """``path`` with its symlinks resolved, if that lies inside ``root`` (also resolved).
 
@@ -48,12 +54,12 @@ def inside(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str:
     >>> inside(root / "out.json", root)
     Traceback (most recent call last):
     ...
-    chute.errors.UnsafeFileError: .../out.json resolves to /etc/hostname, outside ...
+    chute.errors.UnsafeFileError: .../out.json leads outside ... (a link out of it): not read
     """
     real_root = os.path.realpath(root)
     real = os.path.realpath(path)
     if not _within(real, real_root):
-        raise UnsafeFileError(f"{path} resolves to {real}, outside {real_root}")
+        raise UnsafeFileError(_outside(path, real_root))
     return real
 
 
@@ -93,7 +99,7 @@ class Folder:
             if not _within(real, self._real):
                 self._real = os.path.realpath(self.root)
                 if not _within(real, self._real):
-                    raise UnsafeFileError(f"{path} resolves to {real}, outside {self._real}")
+                    raise UnsafeFileError(_outside(path, self._real))
         except BaseException:
             os.close(fd)
             raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 from bisect import bisect_right
 from pathlib import Path
 from typing import Any
@@ -145,11 +146,21 @@ def print_verify(report: dict[str, Any]) -> None:
 def compact(args: argparse.Namespace) -> int:
     path = Path(args.store)
     freed = 0
-    with writer_lock(path):
+    with (
+        writer_lock(path),
+        Progress(None, f"compact {path.name}", show=not args.quiet) as bar,
+    ):
         manifest = read_manifest(path)
         recover(path, manifest)  # what a stopped append left past the manifest goes first
+        done = 0  # bytes of the shards compacted so far: one bar goes on across them
+
+        def shard_progress(part: int, total: int, at: int) -> None:
+            nonlocal done
+            done = at + part
+            bar.reached(done, at + total)
+
         for name, _ in manifest.shards:
             with RecordStore(path / name, mode="a") as store:
-                freed += store.compact()
+                freed += store.compact(progress=functools.partial(shard_progress, at=done))
     print(f"freed {_mib(freed)} over {len(manifest.shards)} shards; {manifest.records} records")
     return 0

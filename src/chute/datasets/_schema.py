@@ -154,3 +154,9 @@ def check_plain_dtype(dtype: np.dtype[Any]) -> None:
         raise TypeError(
             f"dtype {dtype} holds Python objects or pointers; only plain dtypes can be stored"
         )
+    if dtype.names is not None:
+        raise TypeError(
+            f"dtype {dtype} is structured: schema.json keeps a plain dtype (its string), which "
+            "would drop the field names; store each field as a dataset of its own, or pass "
+            f"the rows viewed as bytes (np.dtype('V{dtype.itemsize}')) on purpose"
+        )

@@ -515,10 +515,8 @@ class ShardedStore(Closing):
         """The shards' `RecordStore.stats` summed, plus ``shards``: each one's own."""
         self._open_shards(range(len(self._stores)))
         per = self._guarded(lambda: [self.shard(i).stats() for i in range(len(self._stores))])
-        total: dict[str, Any] = {
-            key: sum(s[key] for s in per)
-            for key in ("live_bytes", "logical_bytes", "chunk_bytes", "reclaimable", "chunks")
-        }
+        summed = ("live_bytes", "logical_bytes", "chunk_bytes", "reclaimable", "short_bytes")
+        total: dict[str, Any] = {key: sum(s[key] for s in per) for key in (*summed, "chunks")}
         total["records"] = self._length
         total["codecs"] = {
             name: sum(s["codecs"][name] for s in per) for name in (per[0]["codecs"] if per else {})

@@ -29,8 +29,9 @@ Semantics of a test ``field op value``:
   one type and equal (true, null), lists item by item under these rules;
 - ``<  <=  >  >=`` between any other pair than two numbers or two strings are false, never
   an error; the query's value must be a number or a string;
-- ``~`` is `re.search` of the pattern (compiled at parse time) in a string, false for any
-  other value (Python's `re` has no time limit: a pathological pattern can be slow);
+- ``~`` searches the pattern (compiled at parse time) in a string, false for any other
+  value; patterns are RE2's (linear time in the text, whatever the pattern: a query sent
+  to a dashboard cannot stall it), so no backreferences or lookaround;
 - NaN equals nothing, itself included: every test of it is false but ``!=`` and ``not in``;
 - ``in`` is true when the value equals an item of the list, ``not in`` when it equals none.
 """
@@ -44,6 +45,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+import re2
 
 from chute.errors import QueryError
 
@@ -55,6 +57,10 @@ MAX_DEPTH = 32
 MAX_ITEMS = 1000
 
 _NAME_CHAR = r"[A-Za-z0-9_./:-]"
+#: RE2 reports a bad pattern as an exception, not also on stderr.
+_RE2 = re2.Options()
+_RE2.log_errors = False
+
 _LEX = re.compile(
     rf"""(?P<space>\s+)
     |(?P<num>[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|(?i:inf|nan))(?!{_NAME_CHAR}))
@@ -272,9 +278,14 @@ class _Parser:
             if not isinstance(value, str):
                 raise QueryError("'~' takes a regular expression in quotes", tok.pos)
             try:
-                return re.compile(value)
-            except (re.error, RecursionError, OverflowError) as e:
-                raise QueryError(f"bad regular expression ({e})", tok.pos) from None
+                return re2.compile(value, _RE2)
+            except re2.error as e:
+                why = e.args[0].decode() if e.args and isinstance(e.args[0], bytes) else e
+                raise QueryError(
+                    f"bad regular expression ({why}; patterns are RE2's: no backreferences "
+                    "or lookaround)",
+                    tok.pos,
+                ) from None
         if op.text[0] in "<>" and not (_is_num(value) or isinstance(value, str)):
             raise QueryError(f"{op.text!r} orders numbers or strings, not {tok.desc()}", tok.pos)
         return value

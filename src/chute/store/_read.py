@@ -200,7 +200,8 @@ def stats(snap: Snapshot, *, has_dict: bool, has_checksums: bool) -> dict[str, A
         "live_bytes": live_bytes,
         "logical_bytes": logical,
         "chunk_bytes": chunk_bytes,
-        "reclaimable": chunk_bytes - live_bytes,
+        "reclaimable": max(chunk_bytes - live_bytes, 0),
+        "short_bytes": max(live_bytes - chunk_bytes, 0),  # chunk files cut short: damage
         "chunks": snap.tail_chunk + 1,
         "codecs": {fmt.codec_name(c): int(counts[c]) for c in fmt.Codec},
         "other_codecs": int(counts[3:].sum()),

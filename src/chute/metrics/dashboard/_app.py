@@ -160,7 +160,11 @@ def create_app(paths: list[str], *, allowed_hosts: list[str] | None = None) -> S
 
         def work() -> dict[str, Any]:
             summaries = [run.summary() for run in chosen]
-            return config_diff([s["name"] for s in summaries], [s["config"] for s in summaries])
+            return config_diff(
+                [s["name"] for s in summaries],
+                [s["config"] for s in summaries],
+                [s.get("error") or s.get("config_error") for s in summaries],
+            )
 
         return _json(await in_thread(work))
 
@@ -170,6 +174,11 @@ def create_app(paths: list[str], *, allowed_hosts: list[str] | None = None) -> S
         wanted = _names(q.getlist("metric"), "metrics")
         if not wanted:
             raise _bad("name at least one metric")
+        try:  # a name no run could hold is not served, as for one run's series
+            for name in wanted:
+                check_name(name)
+        except NotServed as e:
+            raise HTTPException(404, str(e)) from None
         x, width, smooth = _curve_params(q)
         return _json(await in_thread(lambda: group_series(chosen, wanted, x, width, smooth)))
 

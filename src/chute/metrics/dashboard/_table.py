@@ -94,17 +94,22 @@ def listing(
     }
 
 
-def diff(names: list[str], configs: list[Mapping[str, Any]]) -> dict[str, Any]:
+def diff(
+    names: list[str], configs: list[Mapping[str, Any]], errors: list[str | None]
+) -> dict[str, Any]:
     """The config keys on which the given runs differ, with each run's value (absent
-    where a run lacks the key)."""
-    keys = differing(configs)
+    where a run lacks the key). A run whose config cannot be read (``errors``) counts for
+    no key: its cells say so (``unreadable``), never "absent"."""
+    keys = differing([c for c, e in zip(configs, errors, strict=True) if e is None])
     return {
         "runs": names,
+        "config_errors": errors,
         "keys": [
             {
                 "key": k,
                 "values": [jsonable(c[k]) if k in c else None for c in configs],
                 "present": [k in c for c in configs],
+                "unreadable": [e is not None for e in errors],
             }
             for k in keys
         ],

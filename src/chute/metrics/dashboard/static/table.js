@@ -227,8 +227,10 @@ export async function showDiff() {
   const head = el("tr", {}, el("th", { textContent: "config key" }),
     ...res.runs.map((n) => el("th", { textContent: n, title: n })));
   const rows = res.keys.map((k) => el("tr", {}, el("td", { className: "key", textContent: k.key }),
-    ...k.values.map((v, i) => el("td", { textContent: k.present[i] ? fmtCell(v) : "(absent)",
-      className: k.present[i] ? "" : "absent" }))));
+    ...k.values.map((v, i) => k.unreadable[i]
+      ? el("td", { textContent: "(unreadable)", className: "absent", title: res.config_errors[i] })
+      : el("td", { textContent: k.present[i] ? fmtCell(v) : "(absent)",
+        className: k.present[i] ? "" : "absent" }))));
   box.hidden = false;
   box.replaceChildren(
     el("p", {}, `${res.keys.length} config key(s) differ among ${res.runs.length} runs `, close),
