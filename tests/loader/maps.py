@@ -78,3 +78,9 @@ def sleep_once_on_seven(record: dict[str, Any]) -> dict[str, Any]:
         open(flag, "w").close()
         time.sleep(3600)
     return record
+
+
+def keys_by_parity(record: dict[str, Any]) -> dict[str, Any]:
+    """The same keys, listed in another order for odd records."""
+    x = int(record["x"])
+    return {"a": x, "b": -x} if x % 2 else {"b": -x, "a": x}

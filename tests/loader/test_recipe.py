@@ -80,3 +80,21 @@ def test_a_sharded_state_from_before_global_draws_is_refused_when_map_draws() ->
         with DataLoader({"x": X}, batch_size=8, seed=3, **options) as dl:
             dl.load_state_dict(_old({**dl.state_dict(), "step": 7}))
             assert dl.step == 7
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_map_outputs_with_the_same_keys_in_another_order_collate(workers: int) -> None:
+    with DataLoader({"x": X}, batch_size=8, sampler="sequential", map=maps.keys_by_parity,
+                    workers=workers) as dl:  # fmt: skip
+        batch = next(dl)
+    assert [k for k in batch if k != "x"] == ["b", "a"]  # record 0's order
+    assert batch["a"].tolist() == list(range(8)) and batch["b"].tolist() == [-k for k in range(8)]
+
+
+def test_map_outputs_with_other_keys_are_refused() -> None:
+    with DataLoader({"x": X}, batch_size=8, map=maps.draw) as dl:
+        next(dl)
+    odd = DataLoader({"x": X}, batch_size=8, sampler="sequential",
+                     map=lambda r: {"a": 1} if int(r["x"]) % 2 else {"a": 1, "b": 2})  # fmt: skip
+    with odd, pytest.raises(TypeError, match=r"\['a'\] for record 1.*same keys"):
+        next(odd)

@@ -90,12 +90,12 @@ def collate(records: Sequence[Mapping[str, Any]]) -> Batch:
         if not isinstance(record, Mapping):
             raise TypeError(f"map= must return a dict (one record), got a "
                             f"{type(record).__name__} for record {k} of the batch")  # fmt: skip
-    keys = list(records[0])
+    keys = list(records[0])  # the batch's order; other records may list them in any order
     for k, record in enumerate(records):
-        if list(record) != keys:
+        if record.keys() != records[0].keys():
             raise TypeError(
-                f"map= returned keys {list(record)} for record {k} of the batch, {keys} for "
-                "record 0: every record needs the same keys"
+                f"map= returned keys {sorted(map(str, record))} for record {k} of the batch, "
+                f"{sorted(map(str, keys))} for record 0: every record needs the same keys"
             )
     return {key: _stack([record[key] for record in records]) for key in keys}
 
