@@ -204,6 +204,10 @@ def test_enlarge_a_chart_and_export_what_it_shows_as_csv(page):
     before = page.eval_on_selector(f"{card} canvas", "c => c.getBoundingClientRect().width")
     page.click(f"{card} button.wide-toggle")
     page.wait_for_function(f"document.querySelector(`{card}`).classList.contains('wide')")
+    # the chart is drawn anew at its new size: its canvas may be swapped in after the class
+    page.wait_for_function(
+        f"document.querySelector(`{card} canvas`).getBoundingClientRect().width > {1.8 * before}"
+    )
     after = page.eval_on_selector(f"{card} canvas", "c => c.getBoundingClientRect()")
     assert after["width"] > 1.8 * before and after["height"] > 400
     with page.expect_download() as dl:
