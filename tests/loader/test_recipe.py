@@ -87,7 +87,7 @@ def test_map_outputs_with_the_same_keys_in_another_order_collate(workers: int) -
     with DataLoader({"x": X}, batch_size=8, sampler="sequential", map=maps.keys_by_parity,
                     workers=workers) as dl:  # fmt: skip
         batch = next(dl)
-    assert [k for k in batch if k != "x"] == ["b", "a"]  # record 0's order
+    assert list(batch) == ["b", "a"]  # record 0's order
     assert batch["a"].tolist() == list(range(8)) and batch["b"].tolist() == [-k for k in range(8)]
 
 
@@ -98,3 +98,31 @@ def test_map_outputs_with_other_keys_are_refused() -> None:
                      map=lambda r: {"a": 1} if int(r["x"]) % 2 else {"a": 1, "b": 2})  # fmt: skip
     with odd, pytest.raises(TypeError, match=r"\['a'\] for record 1.*same keys"):
         next(odd)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_batch_is_what_map_returns(tmp_path: Any, workers: int) -> None:
+    """The gathered streams are replaced by the mapped records (the bytes are not kept, nor
+    sent back from a worker): the docs' augment example."""
+    blobs = [bytes([k] * (k + 1)) for k in range(16)]
+    chute.write_ragged(tmp_path / "blobs", blobs).close()
+    labels = np.arange(16, dtype=np.int64)
+    streams = {"blob": chute.BytesDataset(tmp_path / "blobs"), "label": labels}
+    with DataLoader(streams, batch_size=4, sampler="sequential", map=maps.decode,
+                    workers=workers) as dl:  # fmt: skip
+        batch = next(dl)
+        state = dl.state_dict()
+        after = next(dl)
+    assert list(batch) == ["image", "label"]
+    assert [a.tolist() for a in batch["image"]] == [[k + 1] * (k + 1) for k in range(4)]
+    with DataLoader(streams, batch_size=4, sampler="sequential", map=maps.decode) as dl:
+        dl.load_state_dict(state)
+        again = next(dl)
+    assert list(again) == ["image", "label"] and again["label"].tolist() == after["label"].tolist()
+
+
+def test_a_padded_pass_keeps_its_mask_beside_what_map_returns() -> None:
+    with chute.iterate({"x": X[:10]}, 8, last="pad", map=maps.keys_by_parity) as p:
+        batches = list(p)
+    assert [list(b) for b in batches] == [["b", "a", "mask"]] * 2
+    assert batches[1]["mask"].tolist() == [True, True] + [False] * 6

@@ -134,10 +134,14 @@ class Recipe:
 
     def finish(self, step: int, batch: Batch, streams: Sequence[str] | None = None) -> Batch:
         """``batch`` (the streams ``streams`` gathered, default all its entries, plus any
-        others) mapped record by record, collated, then transformed."""
+        others) mapped record by record, collated, then transformed. The mapped batch is
+        what ``map`` returns, then the other entries it did not name: the gathered streams
+        are replaced, not kept beside it."""
         if self.map is not None:
             names = list(batch) if streams is None else list(streams)
-            batch = {**batch, **self._mapped(step, {k: batch[k] for k in names})}
+            mapped = self._mapped(step, {k: batch[k] for k in names})
+            rest = {k: v for k, v in batch.items() if k not in mapped and k not in names}
+            batch = {**mapped, **rest}
         if self.transform is not None:
             if wants_rng(self.transform):
                 rng = generator(self.seed, step, 0, _TRANSFORM_LANE)
