@@ -43,3 +43,17 @@ def test_a_bad_schema_document_names_where_it_is() -> None:
         RecordSchema.from_fields({"dtype": "<i4", "shape": [-1]}, "here")
     with pytest.raises(CorruptStoreError, match="here does not describe a dataset"):
         RecordSchema.from_fields(["dtype"], "here")
+
+
+@pytest.mark.parametrize("shape", [[4.5], ["4"], [True], 4, "4", [[2]]])
+def test_a_shape_that_is_not_integers_is_damage_not_cut(shape: object) -> None:
+    """4.5 would be read as 4 and "4" as a number: a record shape holds integers or the
+    schema is damaged."""
+    with pytest.raises(CorruptStoreError, match="here: the record shape must be integers"):
+        RecordSchema.from_fields({"dtype": "<i4", "shape": shape}, "here")
+    assert RecordSchema.from_fields(
+        {"dtype": "<i4", "shape": [2, np.int64(3)]}, "x"
+    ).item_shape == (
+        2,
+        3,
+    )

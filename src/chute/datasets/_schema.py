@@ -124,11 +124,16 @@ class RecordSchema:
         if not isinstance(doc, dict) or "dtype" not in doc:
             raise CorruptStoreError(f"{where} does not describe a dataset (no 'dtype')")
         ragged = bool(doc.get("ragged"))
+        dims = doc.get("item_shape" if ragged else "shape", ())
+        if not isinstance(dims, list | tuple) or not all(
+            isinstance(d, int | np.integer) and not isinstance(d, bool) for d in dims
+        ):  # 4.5 or "4" would be cut or read as a number: the shape is damaged
+            raise CorruptStoreError(f"{where}: the record shape must be integers, got {dims!r}")
+        shape = tuple(int(d) for d in dims)
         try:
             dtype = np.dtype(doc["dtype"])
-            shape = tuple(int(d) for d in doc.get("item_shape" if ragged else "shape", ()))
         except (TypeError, ValueError) as e:
-            raise CorruptStoreError(f"{where}: bad dtype or shape: {e}") from None
+            raise CorruptStoreError(f"{where}: bad dtype: {e}") from None
         try:
             check_plain_dtype(dtype)
         except TypeError as e:
