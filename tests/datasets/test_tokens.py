@@ -264,6 +264,11 @@ def test_a_table_entry_cut_short_is_reported_not_a_document_lost(tmp_path: Path)
         ):
             with pytest.raises(CorruptStoreError, match="record 1"):
                 read()
+    with (  # verified, every read checks every record: packing row 0 alone, too
+        TokenDataset(tmp_path / "t", verify=True) as ds,
+        pytest.raises(CorruptStoreError, match="record 1"),
+    ):
+        chute.PackedTokens(ds, 64, group=2).__getitems__(np.arange(1))
 
 
 @pytest.mark.parametrize("shards", [None, 2])

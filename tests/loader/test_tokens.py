@@ -243,6 +243,15 @@ def test_varlen_needs_segment_ids_and_positions(corpus) -> None:
     batch = TokenWindows(corpus[0], 16).__getitems__(np.arange(2))
     with pytest.raises(ValueError, match=r"segment ids and positions.*\['tokens'\]"):
         varlen(batch)
+    packed = PackedTokens(corpus[0], 16).__getitems__(np.arange(2))
+    with pytest.raises(ValueError, match="n, seq_len"):
+        varlen({**packed, "segment_ids": packed["segment_ids"][:, :8]})
+
+
+def test_a_packed_batch_larger_than_a_pass_is_refused(corpus) -> None:
+    packed = PackedTokens(corpus[0], 16)
+    with pytest.raises(ValueError, match=r"more than the \d+ records of a pass"):
+        DataLoader(packed, batch_size=len(packed) + 1, seed=0)
 
 
 def test_a_stream_alone_must_gather_a_dict() -> None:
@@ -323,8 +332,9 @@ def test_packed_order_drawn_a_block_at_a_time_is_the_streams_order(corpus) -> No
     """The loader's sampler draws a packed stream's lane order 8192 draws at a time: each
     step's batch is still exactly the stream's own ``order`` for that step's draws."""
     ds, _ = corpus
-    packed = PackedTokens(ds, 40, group=4, lanes=8)
-    for batch in (3, 100, 9000):
+    for seq_len, batch in ((40, 3), (40, 100), (2, 9000)):  # a batch past a block of draws
+        packed = PackedTokens(ds, seq_len, group=4, lanes=8)
+        assert batch <= len(packed)
         sampler = packed.sampler(batch, 5, "cyclic")
         assert sampler is not None
         for step in (0, 1, 8192 // batch, 8192 // batch + 1, 10**9):

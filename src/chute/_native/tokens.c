@@ -103,7 +103,7 @@ static int read_span(tok_job *job, size_t k, ZSTD_DCtx **dctx, uint64_t *uncheck
     uint8_t *out = a->out ? a->out + job->at[k] * isz : NULL;
     uint64_t before = docs ? docs->n : 0;
     for (uint64_t r = lo / size; lo < hi && r * size < hi; r++) {
-        if (a->held_only && !out && !s->gathered && r < s->store.length) {
+        if (a->held_only && !out && !s->gathered && !s->store.sums && r < s->store.length) {
             uint64_t own = r == s->nrecords - 1 ? s->last_tokens : size;
             if (s->store.table[r].logic_length == TOKEN_HEADER + own * isz) continue;
         }

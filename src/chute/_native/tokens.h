@@ -49,7 +49,8 @@ typedef struct {
     int64_t *doc_counts; /* NULL, or one per span: the document starts inside it */
     int held_only;       /* with out NULL: an in-place record whose length in the table
                           * leaves no room for starts is not read (packing's read: such a
-                          * record is read, and checked, with its tokens) */
+                          * record is read, and checked, with its tokens), unless records
+                          * are verified (checksums: every read checks every record) */
     size_t max_threads;
     /* out */
     int code;

@@ -369,6 +369,11 @@ class OrderSampler(StepSampler):
 
     def __init__(self, stream: Any, batch_size: int, *, seed: int = 0) -> None:
         super().__init__(len(stream), batch_size, seed=seed)
+        if self.batch_size > self.length:  # a pass could not fill one batch
+            raise ValueError(
+                f"a batch of {self.batch_size} is more than the {self.length} records of a "
+                "pass of this stream's order; use a smaller batch (or sampler='iid')"
+            )
         self.stream = stream
         self._blocks = DrawBlocks(functools.partial(stream.order, self.seed))
 

@@ -368,6 +368,9 @@ def varlen(batch: Batch) -> Batch:
             "varlen takes a batch with segment ids and positions (chute.PackedTokens, or "
             f"TokenWindows(..., documents=True)); this one holds {sorted(batch)}"
         )
+    shapes = {k: np.shape(batch[k]) for k in ("tokens", "segment_ids", "positions")}
+    if len(set(shapes.values())) > 1 or len(shapes["tokens"]) != 2:
+        raise ValueError(f"varlen takes (n, seq_len) tokens, segment ids and positions: {shapes}")
     segment_ids = np.asarray(batch["segment_ids"])
     keep = segment_ids.reshape(-1) != 0
     flat_ids = segment_ids.reshape(-1)[keep]
