@@ -348,11 +348,12 @@ def worker_fetch_cost(url: str, options: dict[str, Any], kw: dict[str, Any]) -> 
     asyncio.run(fetch_all())  # once to warm the page cache and the store's own caches
     if readv:
         from chute.insitu._decode import _read_file  # the very read chute's engine does
+        from chute.insitu._files import ArchiveFiles
 
-        paths = [os.path.join(url, k) for k in keys]
+        files = ArchiveFiles(url)
         cpu = time.process_time()
-        for path in paths:
-            _read_file(path, 1 << 40)
+        for key in keys:
+            _read_file(files, key, 1 << 40)
         fetch_cpu = time.process_time() - cpu
     else:
         fetched.clear()
