@@ -22,6 +22,7 @@ from chute.insitu import (
 )
 
 from .conftest import CHUNK, CountingStore, N, x_values
+from .test_damaged_files import damage
 
 VARS = ["x", "y", "z"]
 
@@ -398,18 +399,11 @@ def test_a_chunk_file_that_is_not_a_plain_chunk_is_a_bad_chunk(
     the decode thread, /dev/zero or a sparse giant read until memory ran out, a link out
     was followed. Each is a `BadChunkError` naming its key (in a child: a hang fails)."""
     key = archive / "x" / "c" / "4" / "0" / "0"
-    other = (archive / "x" / "c" / "5" / "0" / "0").read_bytes()  # a sound chunk, elsewhere
-    key.unlink()
-    if kind == "fifo":
-        os.mkfifo(key)
-    elif kind == "dev-zero":
-        key.symlink_to("/dev/zero")
-    elif kind == "link-out":
-        (tmp_path / "elsewhere").write_bytes(other)  # read, it would pass for chunk 4
-        key.symlink_to(tmp_path / "elsewhere")
-    else:
+    if kind == "oversize":
         with open(key, "wb") as f:
             f.truncate(1 << 40)  # sparse: a terabyte on paper
+    else:  # chunk 4's own bytes go elsewhere, where a link out would find them
+        damage(key, kind, tmp_path / "elsewhere")
 
     # a fresh interpreter, not a fork: this process's engine threads would not survive one
     script = textwrap.dedent(f"""
